@@ -1,0 +1,198 @@
+"""Atomic writes and tolerant reads: the only two ways runstate touches a file.
+
+Guarantees:
+- `write_atomic` replaces a file whole or not at all. The temp file has a unique name
+  (host + pid + random) in the same directory, is fsynced before `os.replace`, and the directory is
+  fsynced after, so a crash at any line leaves either the old content or the new one, plus at most a
+  stray `.NAME.tmp.*` file that readers never look at.
+- `read_model` never raises for a bad file: missing, empty, truncated, non-object or invalid
+  content comes back as a `Loaded` whose `problem` says what was wrong, so one corrupt file can never
+  stop a tick.
+- Readers open the file fresh every time (NFS close-to-open consistency); nothing is cached.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+_HOST = socket.gethostname().split(".")[0] or "host"
+
+
+def unique_suffix() -> str:
+    """host.pid.random: unique across nodes sharing a filesystem and across forks."""
+    return f"{_HOST}.{os.getpid()}.{secrets.token_hex(4)}"
+
+
+def temp_name(path: Path, kind: str = "tmp") -> Path:
+    return path.with_name(f".{path.name}.{kind}.{unique_suffix()}")
+
+
+def is_temp_name(name: str) -> bool:
+    return name.startswith(".")
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def write_atomic(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
+    """Replace `path` with `data` atomically (temp + fsync + rename + fsync dir)."""
+    path = Path(path)
+    tmp = temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(tmp)
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_model_atomic(path: Path, model: BaseModel, mode: int = FILE_MODE) -> None:
+    write_atomic(path, dump_model(model), mode)
+
+
+def dump_model(model: BaseModel) -> bytes:
+    return orjson.dumps(model.model_dump(mode="json"), option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def make_private_dir(path: Path) -> Path:
+    """mkdir -p with 0700 on every directory we create (run directories hold transcripts)."""
+    path = Path(path)
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    os.chmod(path, DIR_MODE)
+    return path
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+@dataclass(frozen=True)
+class Loaded(Generic[M]):
+    """The outcome of reading one file: a value, or the reason there is none."""
+
+    path: Path
+    value: M | None
+    problem: str | None = None      # None when value is set
+    missing: bool = False           # the file does not exist (often normal, e.g. no lease)
+    raw: bytes | None = None        # the bytes read, for compare-and-swap on leases
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None
+
+
+def read_bytes(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def parse_model(path: Path, raw: bytes, model: type[M]) -> Loaded[M]:
+    if not raw.strip():
+        return Loaded(path, None, "empty file", raw=raw)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return Loaded(path, None, f"not valid JSON (truncated or garbage): {exc}", raw=raw)
+    if not isinstance(data, dict):
+        return Loaded(path, None, f"expected a JSON object, found {type(data).__name__}", raw=raw)
+    try:
+        return Loaded(path, model.model_validate(data), raw=raw)
+    except ValidationError as exc:
+        return Loaded(path, None, "invalid: " + describe_validation_error(exc), raw=raw)
+
+
+def read_model(path: Path, model: type[M]) -> Loaded[M]:
+    """Read and validate `path` as `model`; never raises for file content problems."""
+    path = Path(path)
+    try:
+        raw = read_bytes(path)
+    except OSError as exc:   # EACCES, EISDIR, EIO on a flaky mount: report, don't crash the tick
+        return Loaded(path, None, f"unreadable: {exc.strerror or exc}")
+    if raw is None:
+        return Loaded(path, None, "missing", missing=True)
+    return parse_model(path, raw, model)
+
+
+def describe_validation_error(exc: ValidationError, limit: int = 3) -> str:
+    """'field.sub: message' for the first few errors: what the CLI prints after the file name."""
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    more = len(exc.errors()) - limit
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)
+
+
+def append_line(path: Path, obj: object) -> None:
+    """Append one JSON line with a single write(2) on an O_APPEND descriptor.
+
+    A single write keeps concurrent appenders from interleaving inside a line; a crash leaves at
+    worst a truncated last line, which readers skip.
+    """
+    line = orjson.dumps(obj) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: Path) -> tuple[list[dict], int]:
+    """All well-formed JSON-object lines of a JSONL file, and how many lines were skipped."""
+    raw = read_bytes(path)
+    if raw is None:
+        return [], 0
+    out, skipped = [], 0
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            skipped += 1
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+        else:
+            skipped += 1
+    return out, skipped

@@ -1,0 +1,271 @@
+"""Leases: who may act on a run, without a lock server.
+
+The lease is `lease.json` in the run directory. It is created only exclusively: `O_EXCL` when it is
+acquired, `link(2)` (which also fails if the name exists) when its holder re-issues it for a
+hand-over or a heartbeat. It is never edited in place and never replaced by rename, so a writer that
+lost the lease can never overwrite a newer one.
+
+Every change to an existing lease is a compare-and-swap built on rename, which is atomic:
+1. `take`: rename lease.json to a unique tombstone (only one process can win that rename);
+2. compare the tombstone's bytes with what the caller expected (its own token, or the exact bytes a
+   reaper judged stale);
+3. on a match, finish (delete it, or link a new version into place); otherwise put it back with
+   `link(tombstone, lease.json)`, which cannot clobber a lease created meanwhile.
+A reaper that judged an old lease stale therefore never destroys a fresh one: it either finds no
+file, or finds different bytes and restores them.
+
+Crash anywhere: a crash after `take` leaves no lease.json and a `.lease.json.tomb.*` file. Having no
+lease is always safe (the tick decides from the record and the queue), and tombstones are ignored by
+every reader. A crash inside `acquire` can leave an empty or torn lease.json; it is judged by its
+mtime, so it is reaped after the TTL like any other lease whose holder is unknown.
+
+In sweep only the tick (one at a time, under the tick lock) acquires and reaps; controllers
+hand over, heartbeat and release their own lease.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from runstate.errors import LeaseError
+from runstate.files import (FILE_MODE, Loaded, _unlink_quietly, dump_model, fsync_dir, parse_model,
+                            read_bytes, temp_name, write_all)
+from runstate.models import Lease
+
+LEASE_FILE = "lease.json"
+_HOST = socket.gethostname()
+
+
+class LeaseLost(LeaseError):
+    """The caller's lease is gone or belongs to someone else: stop acting on the run."""
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """A lease as a judge saw it: parsed (or corrupt), with the exact bytes for compare-and-swap."""
+
+    path: Path
+    raw: bytes
+    lease: Lease | None          # None: corrupt/torn; judged by mtime
+    problem: str | None
+    mtime: float
+
+    @property
+    def corrupt(self) -> bool:
+        return self.lease is None
+
+
+def lease_path(rdir: Path) -> Path:
+    return Path(rdir) / LEASE_FILE
+
+
+def read_lease(rdir: Path) -> LeaseView | None:
+    """The current lease, or None when there is none. Never raises for bad content."""
+    path = lease_path(rdir)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    loaded: Loaded[Lease] = parse_model(path, raw, Lease)
+    return LeaseView(path, raw, loaded.value, loaded.problem, st.st_mtime)
+
+
+def acquire_lease(rdir: Path, *, run_id: str, token: str, holder: str = "tick",
+                  job_id: str | None = None, now: float | None = None) -> Lease | None:
+    """Create lease.json with O_EXCL. Returns the lease, or None if someone already holds one."""
+    now = time.time() if now is None else now
+    lease = Lease(run_id=run_id, token=token, holder=holder, job_id=job_id, acquired_at=now,
+                  heartbeat_at=now, host=_HOST, pid=os.getpid())
+    path = lease_path(rdir)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return None
+    try:
+        write_all(fd, dump_model(lease))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(path.parent)
+    return lease
+
+
+def _take(rdir: Path) -> Path | None:
+    """Rename lease.json to a unique tombstone. None if there was no lease to take."""
+    path = lease_path(rdir)
+    tomb = temp_name(path, "tomb")
+    try:
+        os.rename(path, tomb)
+    except FileNotFoundError:
+        return None
+    return tomb
+
+
+def _put_back(tomb: Path, rdir: Path) -> bool:
+    """Restore a taken lease without clobbering one created meanwhile. True if restored."""
+    try:
+        os.link(tomb, lease_path(rdir))
+        restored = True
+    except FileExistsError:
+        restored = False
+    _unlink_quietly(tomb)
+    fsync_dir(Path(rdir))
+    return restored
+
+
+def _take_own(rdir: Path, token: str, attempts: int = 5) -> tuple[Path, Lease]:
+    """Take the lease if it carries `token`; raise LeaseLost otherwise.
+
+    A missing lease is retried briefly: a reaper may hold it in a tombstone for a moment before
+    putting it back (it compares bytes, and a lease that changed since it was judged goes back).
+    """
+    delay = 0.02
+    for attempt in range(attempts):
+        tomb = _take(rdir)
+        if tomb is None:
+            if attempt + 1 < attempts:
+                time.sleep(delay)
+                delay *= 2
+                continue
+            raise LeaseLost("no lease: it was released or reaped", path=lease_path(rdir))
+        loaded = parse_model(tomb, read_bytes(tomb) or b"", Lease)
+        if loaded.value is not None and loaded.value.token == token:
+            return tomb, loaded.value
+        _put_back(tomb, rdir)
+        holder = loaded.value.token if loaded.value else f"corrupt ({loaded.problem})"
+        raise LeaseLost(f"lease belongs to another submission ({holder})", path=lease_path(rdir))
+    raise AssertionError("unreachable")
+
+
+def _reissue(rdir: Path, tomb: Path, lease: Lease) -> Lease:
+    """Link a new version of our lease into place (exclusive), then drop the tombstone."""
+    path = lease_path(rdir)
+    tmp = temp_name(path, "new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    try:
+        write_all(fd, dump_model(lease))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        _unlink_quietly(tmp)
+        _unlink_quietly(tomb)
+        raise LeaseLost("a new lease was created while ours was being re-issued", path=path)
+    finally:
+        _unlink_quietly(tmp)
+    _unlink_quietly(tomb)
+    fsync_dir(Path(rdir))
+    return lease
+
+
+def hand_over_lease(rdir: Path, *, token: str, job_id: str, now: float | None = None) -> Lease:
+    """Give the lease to the job that was submitted with `token` (tick -> job, or the job itself)."""
+    tomb, lease = _take_own(rdir, token)
+    now = time.time() if now is None else now
+    new = lease.model_copy(update={"holder": "job", "job_id": job_id, "heartbeat_at": now,
+                                   "host": _HOST, "pid": os.getpid()})
+    return _reissue(rdir, tomb, new)
+
+
+def heartbeat_lease(rdir: Path, *, token: str, job_id: str | None = None,
+                    now: float | None = None) -> Lease:
+    """Refresh heartbeat_at. Raises LeaseLost if the lease is no longer ours."""
+    tomb, lease = _take_own(rdir, token)
+    if job_id is not None and lease.job_id not in (None, job_id):
+        _put_back(tomb, rdir)
+        raise LeaseLost(f"lease is held by job {lease.job_id}, not {job_id}", path=lease_path(rdir))
+    now = time.time() if now is None else now
+    return _reissue(rdir, tomb, lease.model_copy(update={"heartbeat_at": now}))
+
+
+def release_lease(rdir: Path, *, token: str) -> bool:
+    """Delete our lease. False (and nothing changed) if it is not ours or already gone."""
+    try:
+        tomb, _ = _take_own(rdir, token, attempts=3)
+    except LeaseLost:
+        return False
+    _unlink_quietly(tomb)
+    fsync_dir(Path(rdir))
+    return True
+
+
+@dataclass(frozen=True)
+class LeaseVerdict:
+    stale: bool
+    why: str
+
+
+def judge_lease(view: LeaseView, *, holder_alive: bool | None, now: float, ttl_s: float) -> LeaseVerdict:
+    """The staleness rule.
+
+    - holder known dead -> stale;
+    - holder known alive -> never stale by age (a long phase is not a dead controller);
+    - liveness unknown (the queue could not be read) -> stale only past the TTL, measured from the
+      timestamp inside the lease, never from mtime: an outage must not look like a dead holder.
+    A corrupt lease has no timestamp, so its mtime is the only evidence; it is judged by TTL alone.
+    """
+    if view.lease is None:
+        age = now - view.mtime
+        if age > ttl_s:
+            return LeaseVerdict(True, f"corrupt lease ({view.problem}), unchanged for {age:.0f}s > TTL {ttl_s:.0f}s")
+        return LeaseVerdict(False, f"corrupt lease ({view.problem}), only {age:.0f}s old")
+    if holder_alive is True:
+        return LeaseVerdict(False, "holder alive")
+    if holder_alive is False:
+        return LeaseVerdict(True, "holder is gone")
+    age = now - view.lease.last_seen
+    if age > ttl_s:
+        return LeaseVerdict(True, f"holder liveness unknown, last seen {age:.0f}s ago > TTL {ttl_s:.0f}s")
+    return LeaseVerdict(False, f"holder liveness unknown, last seen {age:.0f}s ago")
+
+
+def reap_lease(rdir: Path, judged: LeaseView) -> bool:
+    """Delete the lease iff it is byte-for-byte the one that was judged stale. True if reaped."""
+    tomb = _take(rdir)
+    if tomb is None:
+        return False
+    current = read_bytes(tomb)
+    if current == judged.raw:
+        _unlink_quietly(tomb)
+        fsync_dir(Path(rdir))
+        return True
+    _put_back(tomb, rdir)
+    return False
+
+
+def sweep_tombstones(rdir: Path, older_than_s: float = 3600, now: float | None = None) -> int:
+    """Remove leftovers of crashed lease operations (never the lease itself)."""
+    now = time.time() if now is None else now
+    removed = 0
+    try:
+        names = os.listdir(rdir)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        if name.startswith(f".{LEASE_FILE}.") and (".tomb." in name or ".new." in name):
+            p = Path(rdir) / name
+            try:
+                if now - p.stat().st_mtime > older_than_s:
+                    p.unlink()
+                    removed += 1
+            except (FileNotFoundError, OSError) as exc:
+                if getattr(exc, "errno", None) not in (None, errno.ENOENT):
+                    continue
+    return removed

@@ -1,0 +1,82 @@
+"""Campaign-level markers: per-role outage stamps and the drain request.
+
+Both are whole-file atomic writes. An unreadable stamp counts as no cooldown (a corrupt latch must
+never brick the loop); an unreadable drain marker counts as draining (refusing to admit is the safe
+reading of a marker someone meant to write).
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import time
+from pathlib import Path
+
+from runstate.files import Loaded, read_model, write_model_atomic
+from runstate.models import (OUTAGE_COOLDOWN_S, THROTTLE_COOLDOWN_S, DrainMarker, OutageStamp,
+                             validate_role)
+
+DRAIN_FILE = "drain-request.json"
+COOLDOWNS = {"outage": OUTAGE_COOLDOWN_S, "throttle": THROTTLE_COOLDOWN_S}
+
+
+def outage_path(campaign: Path, role: str) -> Path:
+    return Path(campaign) / f"outage-{validate_role(role)}.json"
+
+
+def stamp_outage(campaign: Path, role: str, kind: str, detail: str | None = None, *,
+                 now: float | None = None, stamped_by: str | None = None,
+                 cooldown_s: float | None = None) -> OutageStamp:
+    """Record that `role` hit an outage or throttle; the cooldown is decided now, at stamp time."""
+    now = time.time() if now is None else now
+    stamp = OutageStamp(role=role, kind=kind, detail=detail, stamped_at=now,
+                        cooldown_s=COOLDOWNS[kind] if cooldown_s is None else cooldown_s,
+                        stamped_by=stamped_by or f"{socket.gethostname()}.{os.getpid()}")
+    write_model_atomic(outage_path(campaign, role), stamp)
+    return stamp
+
+
+def read_outage(campaign: Path, role: str) -> Loaded[OutageStamp]:
+    return read_model(outage_path(campaign, role), OutageStamp)
+
+
+def active_cooldowns(campaign: Path, roles: list[str], now: float) -> dict[str, OutageStamp]:
+    """role -> stamp for every role whose cooldown is in force now."""
+    out = {}
+    for role in roles:
+        stamp = read_outage(campaign, role).value
+        if stamp is not None and stamp.is_active(now):
+            out[role] = stamp
+    return out
+
+
+def request_drain(campaign: Path, reason: str | None = None, *, who: str | None = None,
+                  now: float | None = None) -> DrainMarker:
+    marker = DrainMarker(requested_by=who or f"{_user()}@{socket.gethostname()}",
+                         requested_at=time.time() if now is None else now, reason=reason)
+    write_model_atomic(Path(campaign) / DRAIN_FILE, marker)
+    return marker
+
+
+def clear_drain(campaign: Path) -> bool:
+    try:
+        os.unlink(Path(campaign) / DRAIN_FILE)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read_drain(campaign: Path) -> Loaded[DrainMarker]:
+    return read_model(Path(campaign) / DRAIN_FILE, DrainMarker)
+
+
+def is_draining(campaign: Path) -> bool:
+    """Latched: any drain-request.json, even an unreadable one, means draining."""
+    return not read_drain(campaign).missing
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        return str(os.getuid())

@@ -1,0 +1,256 @@
+"""Typed models of every file in a campaign directory (see docs/state.md).
+
+Readers are tolerant: every model ignores unknown keys, so older and newer sweep versions read each
+other's files. Writers are strict: `RunRecord.check_invariants` runs before any save, so a record
+that breaks the state machine can never reach disk.
+"""
+from __future__ import annotations
+
+import re
+import time
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from runstate.errors import StateError
+
+SCHEMA_VERSION = 1
+RUN_ID_RE = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,127}$")
+ROLE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+DETAIL_LIMIT = 500
+
+OUTAGE_COOLDOWN_S = 45 * 60
+THROTTLE_COOLDOWN_S = 5 * 60
+CLOCK_SKEW_S = 5 * 60
+
+
+def validate_run_id(run_id: object) -> str:
+    """Run ids become directory names, job names and argv elements: keep them boring."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise ValueError(
+            f"invalid run id {run_id!r}: expected lowercase letters, digits, '.', '_' or '-', "
+            "at most 128 characters, not starting with '.'")
+    return run_id
+
+
+def validate_role(role: object) -> str:
+    if not isinstance(role, str) or not ROLE_RE.match(role):
+        raise ValueError(f"invalid role name {role!r}: expected [a-z][a-z0-9_-]*, at most 32 characters")
+    return role
+
+
+def truncate(text: str | None, limit: int = DETAIL_LIMIT) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 15] + "... [truncated]"
+
+
+class Tolerant(BaseModel):
+    model_config = ConfigDict(extra="ignore", validate_assignment=False)
+
+
+class RunState(str, Enum):
+    queued = "queued"
+    active = "active"
+    ended = "ended"
+
+
+class Phase(str, Enum):
+    intake = "intake"
+    author = "author"
+    gates = "gates"
+    review = "review"
+    solve = "solve"
+    evaluate = "evaluate"
+
+
+PHASES: tuple[Phase, ...] = tuple(Phase)
+
+
+class Outcome(str, Enum):
+    verified = "verified"
+    generated_unverified = "generated_unverified"
+    blocked = "blocked"
+
+
+class RunRecord(Tolerant):
+    """state.json: where one run is in the state machine. Replaced only by atomic rename."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    state: RunState = RunState.queued
+    phase: Phase = Phase.intake                 # the next phase to run (finished ones are in checkpoints)
+    outcome: Outcome | None = None
+    reason: str | None = None
+    attempts: int = 0
+    max_attempts: int = 3
+    job_id: str | None = None                   # controller job while active (and the last one after)
+    submit_token: str | None = None             # ties lease, job name and argv together
+    lane: str = "cpu"
+    gpus: int = 0
+    parked_until: float | None = None           # outage/throttle park: not admitted before this time
+    parked_role: str | None = None
+    runtime_sha: str | None = None
+    allocation_usd: float | None = None         # budget granted by the tick at admission
+    checkpoints: dict[str, dict[str, Any]] = Field(default_factory=dict)  # finished phase -> summary
+    last_error: str | None = None               # e.g. a failed sbatch, shown by status
+    created: float = Field(default_factory=time.time)
+    updated: float = Field(default_factory=time.time)
+
+    @field_validator("run_id")
+    @classmethod
+    def _check_run_id(cls, v: str) -> str:
+        return validate_run_id(v)
+
+    def check_invariants(self) -> None:
+        """Refuse a record that the state machine cannot be in (called by every save)."""
+        def bad(msg: str) -> StateError:
+            return StateError(msg, field=f"state.json of {self.run_id}")
+        if self.attempts < 0 or self.max_attempts < 1:
+            raise bad(f"attempts must be >= 0 and max_attempts >= 1 (got {self.attempts}/{self.max_attempts})")
+        if self.gpus < 0:
+            raise bad(f"gpus must be >= 0 (got {self.gpus})")
+        if self.state is RunState.ended:
+            if self.outcome is None:
+                raise bad("an ended run needs an outcome")
+            if self.outcome is Outcome.blocked and not self.reason:
+                raise bad("a blocked run needs a reason")
+        else:
+            if self.outcome is not None:
+                raise bad(f"only an ended run has an outcome (state {self.state.value})")
+        if self.state is RunState.active:
+            if not self.job_id:
+                raise bad("an active run needs a controller job id")
+            if not self.submit_token:
+                raise bad("an active run needs its submission token")
+        if (self.parked_until is None) != (self.parked_role is None):
+            raise bad("parked_until and parked_role go together")
+        if self.parked_role is not None:
+            validate_role(self.parked_role)
+
+    @property
+    def finished_phases(self) -> list[str]:
+        return [p.value for p in PHASES if p.value in self.checkpoints]
+
+
+class Lease(Tolerant):
+    """lease.json: who may act on a run. Created only exclusively, never edited in place."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    token: str                    # submission token: also in the job name and the controller's argv
+    holder: Literal["tick", "job"]
+    job_id: str | None = None     # the holder job (None while the tick holds it before hand-over)
+    acquired_at: float
+    heartbeat_at: float
+    host: str | None = None
+    pid: int | None = None
+
+    @property
+    def last_seen(self) -> float:
+        return max(self.acquired_at, self.heartbeat_at)
+
+
+class OutageStamp(Tolerant):
+    """outage-<role>.json: a per-role cooldown, decided when stamped."""
+
+    schema_version: int = SCHEMA_VERSION
+    role: str
+    kind: Literal["outage", "throttle"]
+    detail: str | None = None
+    stamped_at: float
+    cooldown_s: float
+    stamped_by: str | None = None   # job id or host.pid
+
+    @field_validator("role")
+    @classmethod
+    def _check_role(cls, v: str) -> str:
+        return validate_role(v)
+
+    @field_validator("detail")
+    @classmethod
+    def _cut_detail(cls, v: str | None) -> str | None:
+        return truncate(v)
+
+    @property
+    def until(self) -> float:
+        return self.stamped_at + self.cooldown_s
+
+    def is_active(self, now: float) -> bool:
+        """Active while now < stamped_at + cooldown. A stamp slightly in the future (clock skew between
+        nodes, up to CLOCK_SKEW_S) counts; a far-future stamp is a broken clock and must not park a
+        role for hours, so it counts as inactive."""
+        if self.stamped_at > now + CLOCK_SKEW_S:
+            return False
+        return now < self.until
+
+
+class DrainMarker(Tolerant):
+    """drain-request.json: latched until `sweep undrain` removes it."""
+
+    schema_version: int = SCHEMA_VERSION
+    requested_by: str
+    requested_at: float
+    reason: str | None = None
+
+
+class Event(Tolerant):
+    """One line of events.jsonl: a transition of a run, for `sweep show` and audits."""
+
+    ts: float = Field(default_factory=time.time)
+    run_id: str
+    kind: str                                   # admitted, submitted, phase_done, requeued, ended, ...
+    from_state: str | None = None
+    to_state: str | None = None
+    phase: str | None = None
+    detail: str | None = None
+    by: str | None = None                       # "tick" or "job:<id>"
+
+    @field_validator("detail")
+    @classmethod
+    def _cut_detail(cls, v: str | None) -> str | None:
+        return truncate(v, 2000)
+
+
+class TickReport(Tolerant):
+    """tick.json: what the last tick saw and did."""
+
+    schema_version: int = SCHEMA_VERSION
+    started_at: float
+    finished_at: float
+    duration_s: float
+    host: str | None = None
+    squeue_known: bool
+    squeue_error: str | None = None
+    squeue_jobs: int = 0
+    runs_read: int = 0
+    corrupt: list[str] = Field(default_factory=list)
+    actions: list[dict[str, Any]] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    draining: bool = False
+    counts: dict[str, int] = Field(default_factory=dict)
+
+
+class SpendEntry(Tolerant):
+    op_id: str
+    what: str
+    reserved_usd: float
+    actual_usd: float | None = None
+    status: Literal["reserved", "settled", "uncertain"] = "reserved"
+    at: float = Field(default_factory=time.time)
+
+
+class SpendLedger(Tolerant):
+    """spend.json: one run's reservations and actual costs. Written only by the run's controller."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    entries: list[SpendEntry] = Field(default_factory=list)
+    overrun: bool = False          # an actual cost exceeded its reservation: no more paid work
+
+    @property
+    def committed_usd(self) -> float:
+        """Money that is spent or may have been spent: settled actuals plus open reservations."""
+        return sum(e.actual_usd if e.status == "settled" and e.actual_usd is not None
+                   else e.reserved_usd for e in self.entries)

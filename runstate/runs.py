@@ -1,0 +1,114 @@
+"""Run directories: state.json (atomic replace only), events.jsonl (append only), listing.
+
+A crash at any line of `save_record` leaves the previous state.json or the new one, never a mix;
+`list_runs` reports a corrupt state.json and carries on, and skips anything that is not a run
+(stray files, temp files, folders without state.json, names that are not valid run ids).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runstate.errors import StateError
+from runstate.files import (Loaded, append_line, make_private_dir, read_lines, read_model,
+                            write_model_atomic)
+from runstate.models import RUN_ID_RE, Event, RunRecord, validate_run_id
+
+STATE_FILE = "state.json"
+LEASE_FILE = "lease.json"
+EVENTS_FILE = "events.jsonl"
+RUNS_DIR = "runs"
+
+
+def runs_root(campaign: Path) -> Path:
+    return Path(campaign) / RUNS_DIR
+
+
+def run_dir(campaign: Path, run_id: str) -> Path:
+    """The directory of a run; the id is validated so it can never escape `runs/`."""
+    return runs_root(campaign) / validate_run_id(run_id)
+
+
+def create_run_dir(campaign: Path, run_id: str) -> Path:
+    d = run_dir(campaign, run_id)
+    make_private_dir(d)
+    make_private_dir(d / "logs")
+    return d
+
+
+def save_record(rdir: Path, record: RunRecord, *, touch: bool = True) -> RunRecord:
+    """Check the invariants, then replace state.json atomically. Returns the record as written."""
+    rdir = Path(rdir)
+    if rdir.name != record.run_id:
+        raise StateError(f"record for {record.run_id!r} cannot be saved in {rdir}", path=rdir)
+    if touch:
+        record = record.model_copy(update={"updated": time.time()})
+    record.check_invariants()
+    write_model_atomic(rdir / STATE_FILE, record)
+    return record
+
+
+def load_record(rdir: Path) -> Loaded[RunRecord]:
+    loaded = read_model(Path(rdir) / STATE_FILE, RunRecord)
+    if loaded.value is not None and loaded.value.run_id != Path(rdir).name:
+        return Loaded(loaded.path, None, f"run_id {loaded.value.run_id!r} does not match its directory",
+                      raw=loaded.raw)
+    return loaded
+
+
+@dataclass
+class RunListing:
+    records: dict[str, RunRecord] = field(default_factory=dict)
+    corrupt: dict[str, str] = field(default_factory=dict)     # run id -> problem
+
+
+def iter_run_ids(campaign: Path) -> list[str]:
+    """Names under runs/ that could be runs (valid ids, directories); sorted for a stable panel order."""
+    root = runs_root(campaign)
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return []
+    ids = []
+    for entry in entries:
+        if not RUN_ID_RE.match(entry.name):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                ids.append(entry.name)
+        except OSError:
+            continue
+    ids.sort()
+    return ids
+
+
+def list_runs(campaign: Path) -> RunListing:
+    listing = RunListing()
+    root = runs_root(campaign)
+    for run_id in iter_run_ids(campaign):
+        loaded = load_record(root / run_id)
+        if loaded.missing:
+            continue               # a folder without state.json is not (yet) a run
+        if loaded.value is None:
+            listing.corrupt[run_id] = loaded.problem or "unreadable"
+        else:
+            listing.records[run_id] = loaded.value
+    return listing
+
+
+def append_event(rdir: Path, event: Event) -> None:
+    append_line(Path(rdir) / EVENTS_FILE, event.model_dump(mode="json", exclude_none=True))
+
+
+def read_events(rdir: Path) -> tuple[list[Event], int]:
+    """Events in order, and how many lines were unreadable (a crash can truncate the last one)."""
+    rows, skipped = read_lines(Path(rdir) / EVENTS_FILE)
+    events = []
+    for row in rows:
+        try:
+            events.append(Event.model_validate(row))
+        except Exception:
+            skipped += 1
+    return events, skipped

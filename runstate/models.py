@@ -89,10 +89,15 @@ class RunRecord(Tolerant):
     submit_token: str | None = None             # ties lease, job name and argv together
     lane: str = "cpu"
     gpus: int = 0
+    panel_index: int = 0                        # position in the plan: admission order
+    hold_reason: str | None = None              # why the tick is not admitting it (shown by status)
+    canary_for: str | None = None               # admitted as the one canary after a role's cooldown
+    spent_usd: float = 0.0                      # final spend, copied from spend.json at the ending
     parked_until: float | None = None           # outage/throttle park: not admitted before this time
     parked_role: str | None = None
     runtime_sha: str | None = None
     allocation_usd: float | None = None         # budget granted by the tick at admission
+    cap_usd: float | None = None                # this candidate's spending cap (from the plan)
     checkpoints: dict[str, dict[str, Any]] = Field(default_factory=dict)  # finished phase -> summary
     last_error: str | None = None               # e.g. a failed sbatch, shown by status
     created: float = Field(default_factory=time.time)

@@ -1,0 +1,211 @@
+"""Campaign directories: `sweep init` and loading the frozen campaign.
+
+`init` is crash-safe and idempotent: it writes the roles, then every run (candidate.json, then a
+queued state.json), then the verbatim plan copy, and campaign.toml LAST. Until campaign.toml exists
+nothing treats the directory as a campaign, and re-running `init` with the same plan completes a
+half-written one. With a different plan it refuses: a campaign's plan is frozen.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import orjson
+from pydantic import ValidationError
+
+from runstate import RunRecord, create_run_dir, load_record, save_record
+from runstate.errors import ConfigError
+from runstate.files import (describe_validation_error, make_private_dir, read_model,
+                            write_atomic, write_model_atomic)
+from sweep import __version__
+from sweep.models.plan import CampaignFile, FrozenCandidate, Plan
+
+CAMPAIGN_FILE = "campaign.toml"
+CANDIDATE_FILE = "candidate.json"
+ENV_CAMPAIGN = "SWEEP_CAMPAIGN"
+
+
+def _pydantic_message(exc: ValidationError) -> tuple[str, str]:
+    """(field, message) of the first error, with the field as a dotted path (candidates.3.url)."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+    msg = err.get("msg", "invalid").removeprefix("Value error, ")
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown field (check the spelling; see docs/campaign.md for the fields)"
+    elif err.get("type") == "missing":
+        msg = "required field is missing"
+    more = len(exc.errors()) - 1
+    if more:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return field, msg
+
+
+def load_plan(path: Path) -> Plan:
+    """Read a plan (TOML by default, JSON for *.json). Errors name the file and the field."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("plan file not found", path=path) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read plan: {exc.strerror}", path=path) from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(raw)
+        else:
+            data = tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
+        raise ConfigError(f"not valid {kind}: {exc}", path=path) from None
+    if not isinstance(data, dict):
+        raise ConfigError("expected a table/object at the top level", path=path)
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as exc:
+        field, msg = _pydantic_message(exc)
+        raise ConfigError(msg, path=path, field=field) from None
+    return plan
+
+
+def plan_sha256(plan: Plan) -> str:
+    return hashlib.sha256(orjson.dumps(plan.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def resolve_candidates(plan: Plan, plan_path: Path) -> list[FrozenCandidate]:
+    """Run ids in panel order, with options merged over the plan's defaults; duplicates rejected."""
+    seen: dict[str, int] = {}
+    seen_pr: dict[str, int] = {}
+    out = []
+    for i, cand in enumerate(plan.candidates):
+        set_fields = cand.options.model_fields_set
+        options = cand.options.merged_over(plan.defaults, set_fields)
+        if cand.repo:
+            repo = Path(cand.repo)
+            if not repo.is_absolute():     # relative to the plan file, frozen as absolute
+                repo = (plan_path.parent / repo).resolve()
+            cand = cand.model_copy(update={"repo": str(repo)})
+        cand = cand.model_copy(update={"options": options})
+        run_id = cand.derived_id()
+        if run_id in seen:
+            raise ConfigError(f"run id {run_id!r} of candidate {i} collides with candidate {seen[run_id]}",
+                              path=plan_path, field=f"candidates.{i}",
+                              hint="give one of them an explicit id")
+        key = cand.pr_key()
+        if key in seen_pr:
+            raise ConfigError(f"candidate {i} is the same PR as candidate {seen_pr[key]} ({key})",
+                              path=plan_path, field=f"candidates.{i}")
+        seen[run_id] = i
+        seen_pr[key] = i
+        out.append(FrozenCandidate(run_id=run_id, panel_index=i, pr_key=key, candidate=cand))
+    return out
+
+
+@dataclass
+class InitResult:
+    campaign: CampaignFile
+    created: bool
+    runs_written: int
+
+
+def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
+    plan_path = Path(plan_path).resolve()
+    campaign_dir = Path(campaign_dir).resolve()
+    plan = load_plan(plan_path)
+    frozen = resolve_candidates(plan, plan_path)
+    sha = plan_sha256(plan)
+    existing = campaign_dir / CAMPAIGN_FILE
+    if existing.exists():
+        current = load_campaign(campaign_dir)
+        if current.plan_sha256 != sha:
+            raise ConfigError("this directory already holds a campaign made from a different plan; "
+                              "a campaign's plan is frozen", path=existing,
+                              hint="use a new --campaign directory for the changed plan")
+        written = _write_runs(campaign_dir, plan, frozen)    # completes a crashed init, else no-op
+        return InitResult(current, False, written)
+    if campaign_dir.exists() and any(p.name not in {"roles", "runs", "plan.toml", "plan.json"}
+                                     for p in campaign_dir.iterdir()):
+        raise ConfigError("directory is not empty and is not a sweep campaign", path=campaign_dir,
+                          hint="choose a new directory")
+    make_private_dir(campaign_dir)
+    _copy_roles(campaign_dir)
+    written = _write_runs(campaign_dir, plan, frozen)
+    plan_copy = campaign_dir / ("plan.json" if plan_path.suffix.lower() == ".json" else "plan.toml")
+    write_atomic(plan_copy, plan_path.read_bytes())
+    campaign = CampaignFile(campaign_id=hashlib.sha256(f"{campaign_dir}\0{sha}\0{time.time()}".encode())
+                            .hexdigest()[:8], plan_sha256=sha, plan_file=plan_copy.name,
+                            created_at=time.time(), sweep_version=__version__,
+                            candidate_count=len(frozen),
+                            settings=plan.model_copy(update={}).model_dump(exclude={"candidates"}))
+    _write_campaign_file(campaign_dir, campaign)
+    return InitResult(campaign, True, written)
+
+
+def _copy_roles(campaign_dir: Path) -> None:
+    target = make_private_dir(campaign_dir / "roles")
+    for entry in resources.files("roles").iterdir():
+        if entry.name.endswith(".toml"):
+            write_atomic(target / entry.name, entry.read_bytes())
+
+
+def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -> int:
+    written = 0
+    for fc in frozen:
+        rdir = create_run_dir(campaign_dir, fc.run_id)
+        cand_path = rdir / CANDIDATE_FILE
+        prior = read_model(cand_path, FrozenCandidate)
+        if prior.value is None or prior.value != fc:
+            write_model_atomic(cand_path, fc)
+        if load_record(rdir).missing:
+            save_record(rdir, RunRecord(run_id=fc.run_id, panel_index=fc.panel_index,
+                                        gpus=fc.candidate.options.gpus,
+                                        lane="gpu" if fc.candidate.options.gpus else "cpu",
+                                        max_attempts=plan.max_attempts,
+                                        cap_usd=fc.candidate.options.max_spend_usd))
+            written += 1
+    return written
+
+
+def _write_campaign_file(campaign_dir: Path, campaign: CampaignFile) -> None:
+    from sweep.tomlw import dumps
+    header = ("# Frozen by `sweep init`: the plan settings this campaign runs with.\n"
+              "# Do not edit: change the plan and use a new campaign directory.\n")
+    write_atomic(campaign_dir / CAMPAIGN_FILE,
+                 (header + dumps(campaign.model_dump(mode="json"))).encode())
+
+
+def load_campaign(campaign_dir: Path) -> CampaignFile:
+    """Read campaign.toml; a missing or invalid file makes the campaign unusable (ConfigError)."""
+    path = Path(campaign_dir) / CAMPAIGN_FILE
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("not a sweep campaign (no campaign.toml)", path=Path(campaign_dir),
+                          hint="create one with `sweep init PLAN --campaign DIR`") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+        return CampaignFile.model_validate(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, ValidationError):
+            field, msg = _pydantic_message(exc)
+            raise ConfigError(msg, path=path, field=field) from None
+        raise ConfigError(f"not valid TOML: {exc}", path=path) from None
+
+
+def load_candidate(rdir: Path) -> FrozenCandidate:
+    loaded = read_model(Path(rdir) / CANDIDATE_FILE, FrozenCandidate)
+    if loaded.value is None:
+        raise ConfigError(f"candidate file {loaded.problem}", path=loaded.path)
+    return loaded.value
+
+
+def find_campaign(option: str | os.PathLike | None) -> Path:
+    """--campaign, else $SWEEP_CAMPAIGN, else the current directory."""
+    chosen = option or os.environ.get(ENV_CAMPAIGN) or "."
+    return Path(chosen).resolve()

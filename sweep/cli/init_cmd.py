@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import click
+
+from sweep.cli.common import next_step
+
+
+@click.command("init")
+@click.argument("plan", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--campaign", "-c", "campaign", metavar="DIR", required=True,
+              help="Directory to create for the campaign (0700).")
+def init(plan: str, campaign: str) -> None:
+    """Create a campaign directory from PLAN (TOML, or JSON for *.json).
+
+    Validates the plan (errors name the file and the field), freezes its settings into
+    campaign.toml, copies the role manifests, and writes one queued run per candidate. Running it
+    again with the same plan is a no-op; with a changed plan it refuses.
+    """
+    from pathlib import Path
+
+    from sweep.campaign import init_campaign
+    result = init_campaign(Path(plan), Path(campaign))
+    c = result.campaign
+    where = Path(campaign).resolve()
+    if result.created:
+        click.echo(f"created campaign {c.settings.name} ({c.campaign_id}) at {where}: "
+                   f"{c.candidate_count} runs queued, backend {c.settings.scheduler.backend}")
+    elif result.runs_written:
+        click.echo(f"campaign {c.settings.name} already initialised; completed {result.runs_written} "
+                   "runs a crashed init had not written")
+    else:
+        click.echo(f"campaign {c.settings.name} already initialised with this plan; nothing to do")
+    next_step(f"sweep tick --campaign {where}   (then `sweep scrontab --install --campaign {where}` "
+              "to tick every minute)")

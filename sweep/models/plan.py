@@ -1,0 +1,207 @@
+"""The campaign plan: what `sweep init` reads (TOML or JSON) and freezes into campaign.toml.
+
+User-facing models forbid unknown keys (a typo is an error naming the field, not a silently ignored
+setting). The frozen campaign file is read back with the same models, so what the tick and the
+controller see is exactly what `init` validated.
+"""
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from runstate.models import RUN_ID_RE
+from sweep.models.lanes import SchedulerSettings
+
+GITHUB_PR_RE = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/pull/(\d+)/?$")
+GIT_REF_RE = re.compile(r"^[A-Za-z0-9._/@^~+-]{1,200}$")
+ROLES = ("author", "reviewer", "solver")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class QualitySettings(Strict):
+    repair: bool = True                 # gate/review failures go back to the author
+    max_repairs: int = Field(default=2, ge=0, le=20)
+    run_rollout: bool = True            # blind solver rollouts after review
+    rollouts: int = Field(default=1, ge=0, le=64)
+    gate_repeats: int = Field(default=2, ge=1, le=10)   # reference=1 / empty=0, each repeated
+    max_probes: int = Field(default=3, ge=0, le=100)
+    max_spend_usd: float | None = Field(default=None, ge=0)
+
+
+class RuntimeChoice(Strict):
+    author: str = "oracle"
+    reviewer: str = "oracle"
+    solver: str = "oracle"
+
+
+class CandidateOptions(Strict):
+    provider: Literal["local", "modal", "daytona"] = "local"
+    runtimes: RuntimeChoice = Field(default_factory=RuntimeChoice)
+    gpus: int = Field(default=0, ge=0, le=64)
+    max_spend_usd: float | None = Field(default=None, ge=0)        # this candidate's cap
+    worker_reservation_usd: float = Field(default=0.0, ge=0)       # reserved per paid session
+    test_command: str | None = None     # how the task's tests run (from the plan: trusted)
+    quality: QualitySettings = Field(default_factory=QualitySettings)
+
+    def merged_over(self, base: "CandidateOptions", explicitly_set: set[str]) -> "CandidateOptions":
+        data = base.model_dump()
+        mine = self.model_dump()
+        for key in explicitly_set:
+            data[key] = mine[key]
+        return CandidateOptions.model_validate(data)
+
+
+class Candidate(Strict):
+    """One PR: a GitHub PR `url`, or a local git `repo` with `base` and `head` refs."""
+
+    id: str | None = None               # explicit run id; derived from the source otherwise
+    url: str | None = None
+    repo: str | None = None
+    base: str | None = None
+    head: str | None = None
+    title: str | None = None
+    body: str | None = None
+    options: CandidateOptions = Field(default_factory=CandidateOptions)
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, v: str | None) -> str | None:
+        if v is not None and not RUN_ID_RE.match(v):
+            raise ValueError(f"{v!r} is not a valid run id: lowercase letters, digits, '.', '_', '-', "
+                             "at most 128, not starting with '.'")
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str | None) -> str | None:
+        if v is not None and not GITHUB_PR_RE.match(v):
+            raise ValueError(f"{v!r} is not a GitHub pull request URL "
+                             "(expected https://github.com/OWNER/REPO/pull/NUMBER)")
+        return v
+
+    @field_validator("base", "head")
+    @classmethod
+    def _check_ref(cls, v: str | None) -> str | None:
+        if v is not None and (not GIT_REF_RE.match(v) or v.startswith("-")):
+            raise ValueError(f"{v!r} is not a git ref sweep accepts (letters, digits, ._/@^~+-, "
+                             "not starting with '-')")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Candidate":
+        if self.url and self.repo:
+            raise ValueError("give either url (a GitHub PR) or repo (a local git repository), not both")
+        if not self.url and not self.repo:
+            raise ValueError("a candidate needs a source: url = GitHub PR, or repo + base + head")
+        if self.repo and not (self.base and self.head):
+            raise ValueError("a local repo candidate needs both base and head refs")
+        return self
+
+    def derived_id(self) -> str:
+        if self.id:
+            return self.id
+        if self.url:
+            owner, repo, number = GITHUB_PR_RE.match(self.url).groups()
+            raw = f"{owner}-{repo}-{number}"
+        else:
+            name = self.repo.rstrip("/").rsplit("/", 1)[-1]
+            raw = f"{name}-{self.head}"
+        slug = re.sub(r"[^a-z0-9._-]+", "-", raw.lower()).strip("-.")
+        return slug[:128] or "run"
+
+    def pr_key(self) -> str:
+        """A stable name of the PR, for duplicate detection against prior_verified."""
+        if self.url:
+            owner, repo, number = GITHUB_PR_RE.match(self.url).groups()
+            return f"{owner}/{repo}#{number}".lower()
+        return f"{self.repo}@{self.base}..{self.head}"
+
+
+class TickSettings(Strict):
+    interval_minutes: int = Field(default=1, ge=1, le=59)
+    lease_ttl_s: float = Field(default=1800, ge=30)       # liveness unknown -> stale after this
+    submit_grace_s: float = Field(default=120, ge=0)      # a tick-held lease younger than this is left alone
+    max_runtime_s: float = Field(default=300, ge=10)      # a tick kills itself past this (frees the lock)
+    controller_command: list[str] | None = None           # default: the frozen runtime's controller
+    heartbeat_s: float = Field(default=60, ge=1)
+
+
+class ScrontabSettings(Strict):
+    partition: str | None = None
+    qos: str | None = None
+    account: str | None = None
+    time: str = "00:05:00"
+
+    @field_validator("partition", "qos", "account")
+    @classmethod
+    def _check(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9._,-]+", v):
+            raise ValueError(f"{v!r} is not a valid Slurm name")
+        return v
+
+
+class PlanSettings(Strict):
+    """Everything in a plan except the candidates: what campaign.toml freezes and the tick reads."""
+
+    name: str
+    target_verified: int = Field(ge=1)
+    max_parallel: int = Field(default=2, ge=1, le=100_000)
+    max_gpu_parallel: int = Field(default=2, ge=0, le=100_000)
+    max_spend_usd: float | None = Field(default=None, ge=0)
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    prior_verified: list[str] = Field(default_factory=list)
+    defaults: CandidateOptions = Field(default_factory=CandidateOptions)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    tick: TickSettings = Field(default_factory=TickSettings)
+    scrontab: ScrontabSettings = Field(default_factory=ScrontabSettings)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", v):
+            raise ValueError(f"{v!r}: a campaign name is 1-64 letters, digits, '.', '_', '-'")
+        return v
+
+
+class Plan(PlanSettings):
+    candidates: list[Candidate] = Field(min_length=1)
+
+
+class CampaignFile(Strict):
+    """campaign.toml: the frozen plan settings plus what `init` decided.
+
+    The candidates are frozen one per run (runs/<id>/candidate.json) so that the file every tick
+    reads stays small at 100,000 runs.
+    """
+
+    campaign_id: str                    # 8 hex chars; job names are "sw.<campaign_id>.<token>.<run id>"
+    plan_sha256: str                    # of the normalised plan: `init` with the same plan is a no-op
+    plan_file: str                      # the verbatim copy kept next to campaign.toml
+    created_at: float
+    sweep_version: str
+    candidate_count: int
+    settings: PlanSettings
+
+    @property
+    def job_prefix(self) -> str:
+        return f"sw.{self.campaign_id}."
+
+    @property
+    def tick_job_name(self) -> str:
+        return f"sweep-tick.{self.campaign_id}"
+
+
+class FrozenCandidate(BaseModel):
+    """runs/<id>/candidate.json: one candidate as `init` froze it (options merged over defaults)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    run_id: str
+    panel_index: int
+    pr_key: str
+    candidate: Candidate

@@ -1,0 +1,108 @@
+"""`sweep tick`: observe -> plan -> act, once, then exit. See docs/tick.md.
+
+One tick at a time: a second tick finds the lock held and exits 0 at once. The lock is a kernel
+file lock (flock), released when the holder dies however it dies, and a tick arms an alarm that
+ends it after `tick.max_runtime_s`, so a hung tick never blocks the next one for longer than that.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from runstate.files import write_model_atomic
+from runstate.models import RunState, TickReport
+from sweep.campaign import load_campaign
+
+TICK_FILE = "tick.json"
+LOCK_FILE = "tick.lock"
+
+
+@dataclass
+class TickOutcome:
+    ran: bool
+    report: TickReport | None
+    message: str
+
+
+def _scheduler_for(campaign_dir: Path, campaign):
+    from sweep.scheduler import make_scheduler
+    return make_scheduler(campaign.settings.scheduler, campaign_dir, campaign.job_prefix)
+
+
+def run_tick(campaign_dir: Path, *, scheduler=None) -> TickOutcome:
+    from filelock import FileLock, Timeout
+
+    campaign_dir = Path(campaign_dir).resolve()
+    campaign = load_campaign(campaign_dir)             # unusable campaign -> ConfigError, exit != 0
+    lock = FileLock(str(campaign_dir / LOCK_FILE), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return TickOutcome(False, None, "another tick is running; nothing to do")
+    max_runtime = int(campaign.settings.tick.max_runtime_s)
+    old = signal.signal(signal.SIGALRM, _overran)
+    signal.alarm(max_runtime)
+    try:
+        report = _tick(campaign_dir, campaign, scheduler or _scheduler_for(campaign_dir, campaign))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        lock.release()
+    return TickOutcome(True, report, summarize(report))
+
+
+def _overran(signum, frame):  # pragma: no cover - exercised by a subprocess test
+    raise SystemExit("sweep tick: exceeded tick.max_runtime_s; exiting so the next tick can run")
+
+
+def _tick(campaign_dir: Path, campaign, scheduler) -> TickReport:
+    from sweep.tick.act import Actor
+    from sweep.tick.observe import observe
+    from sweep.tick.plan import PlanSettings, plan_tick
+
+    started = time.time()
+    t0 = time.monotonic()
+    snap, meta = observe(campaign_dir, scheduler)
+    s = campaign.settings
+    cfg = PlanSettings(target_verified=s.target_verified, max_parallel=s.max_parallel,
+                       max_gpu_parallel=s.max_gpu_parallel, max_spend_usd=s.max_spend_usd,
+                       lease_ttl_s=s.tick.lease_ttl_s, submit_grace_s=s.tick.submit_grace_s)
+    actions = plan_tick(snap, cfg)
+    actor = Actor(campaign_dir, campaign, scheduler)
+    for action in actions:
+        actor.apply(action)
+    counts: dict[str, int] = {}
+    for view in snap.runs.values():
+        rec = view.record
+        key = rec.state.value if rec.state is not RunState.ended else f"ended:{rec.outcome.value}"
+        counts[key] = counts.get(key, 0) + 1
+    if meta["corrupt"]:
+        counts["corrupt"] = len(meta["corrupt"])
+    finished = time.time()
+    report = TickReport(started_at=started, finished_at=finished, duration_s=time.monotonic() - t0,
+                        host=f"{socket.gethostname()}.{os.getpid()}", squeue_known=snap.queue_known,
+                        squeue_error=meta["squeue_error"], squeue_jobs=len(snap.queue),
+                        runs_read=len(snap.runs) + len(meta["corrupt"]),
+                        corrupt=[f"{rid}: {why}" for rid, why in sorted(meta["corrupt"].items())][:100],
+                        actions=actor.done, errors=actor.errors, draining=snap.draining, counts=counts)
+    write_model_atomic(campaign_dir / TICK_FILE, report)
+    return report
+
+
+def summarize(report: TickReport) -> str:
+    kinds: dict[str, int] = {}
+    for a in report.actions:
+        kinds[a["kind"]] = kinds.get(a["kind"], 0) + 1
+    did = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "nothing to do"
+    queue = f"queue: {report.squeue_jobs} jobs" if report.squeue_known else \
+        f"queue UNKNOWN ({report.squeue_error}); no run judged dead"
+    text = f"tick {report.duration_s:.2f}s; {queue}; {did}"
+    if report.draining:
+        text += "; draining (no admissions)"
+    if report.errors:
+        text += f"; {len(report.errors)} error(s): " + "; ".join(report.errors[:3])
+    return text

@@ -1,0 +1,50 @@
+"""Observe: the tick's only reads. ONE queue call, then the campaign's files.
+
+The queue is read FIRST, the files after. A record that still says `active` after a queue read that
+did not list its job can only belong to a job that was already gone when the queue was read (a dead
+job writes nothing), so the planner can judge it dead without racing a controller that is just
+writing its ending.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from runstate.files import read_model
+from runstate.lease import read_lease
+from runstate.markers import is_draining, read_outage
+from runstate.models import RunState, SpendLedger
+from runstate.runs import list_runs, runs_root
+from sweep.tick.plan import QueueJob, RunView, Snapshot
+
+ROLES = ("author", "reviewer", "solver")
+SPEND_FILE = "spend.json"
+
+
+def read_committed(rdir: Path) -> float:
+    loaded = read_model(rdir / SPEND_FILE, SpendLedger)
+    return loaded.value.committed_usd if loaded.value is not None else 0.0
+
+
+def observe(campaign_dir: Path, scheduler) -> tuple[Snapshot, dict]:
+    queue = scheduler.queue()
+    now = time.time()
+    jobs = {jid: QueueJob(jid, info.name, info.gpus) for jid, info in queue.jobs.items()} if queue.known else {}
+    listing = list_runs(campaign_dir)
+    root = runs_root(campaign_dir)
+    runs = {}
+    for run_id, rec in listing.records.items():
+        rdir = root / run_id
+        lease = read_lease(rdir)
+        # only runs that were ever admitted can have spent anything; ended runs carry spent_usd
+        committed = read_committed(rdir) if rec.allocation_usd is not None and rec.state is not RunState.ended else 0.0
+        runs[run_id] = RunView(rec, lease, committed)
+    stamps = {}
+    for role in ROLES:
+        stamp = read_outage(campaign_dir, role).value
+        if stamp is not None:
+            stamps[role] = stamp
+    snap = Snapshot(now=now, queue_known=queue.known, queue=jobs, runs=runs,
+                    draining=is_draining(campaign_dir), stamps=stamps, capacity=scheduler.capacity())
+    meta = {"squeue_error": queue.error, "corrupt": listing.corrupt}
+    return snap, meta

@@ -1,0 +1,151 @@
+"""SlurmScheduler: sbatch --parsable to submit, ONE squeue per queue(), scancel to cancel.
+
+What a call costs the site: `queue()` is one squeue for this user's jobs (filtered to the
+campaign by job-name prefix here, not by Slurm); `submit` is one sbatch; `cancel` one scancel for
+all ids. Nothing else is called. Everything reaches Slurm as an argv list; the only text a shell
+ever reads is the job script, whose variable parts are validated and quoted (see script.py).
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from runstate.errors import SchedulerError
+from sweep.models.lanes import LanesSettings
+from sweep.scheduler.base import JobSpec, QueueSnapshot, check_name_prefix, validate_job
+from sweep.scheduler.slurm.client import (SQUEUE_ENV_PREFIX, SlurmCallFailed, client_env,
+                                          run_client)
+from sweep.scheduler.slurm.script import render_controller_script, write_private
+from sweep.scheduler.slurm.squeue import SqueueParseError, parse_squeue, squeue_argv
+
+LOG_MODE = 0o600
+_JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
+# sbatch expands %j, %x, ... in -o/-e paths and a backslash disables that; either would send the
+# controller's logs somewhere other than the run directory.
+_UNSAFE_PATH_CHARS = ("%", "\\", "\n", "\r", "\0")
+
+
+class SlurmScheduler:
+    """The `slurm` backend. One instance per tick; it keeps no state between calls."""
+
+    name = "slurm"
+
+    def __init__(self, name_prefix: str, lanes: LanesSettings | None = None, *,
+                 call_timeout: float = 20.0, squeue_user: str = "me", signal: str = "B:TERM@120",
+                 env: Mapping[str, str] | None = None):
+        try:
+            self.name_prefix = check_name_prefix(name_prefix)
+        except ValueError as exc:
+            raise SchedulerError(str(exc)) from None
+        if squeue_user not in ("me", "user"):
+            raise SchedulerError(f"squeue_user must be 'me' or 'user', not {squeue_user!r}")
+        self.lanes = lanes or LanesSettings()
+        self.call_timeout = call_timeout
+        self.squeue_user = squeue_user
+        self.signal = signal
+        self._env = dict(env) if env is not None else None   # None: os.environ at call time
+
+    # -- submit ---------------------------------------------------------------------------------
+    def sbatch_options(self, job: JobSpec) -> list[str]:
+        """The sbatch options for `job`: sweep's own, then its lane's (argv items, no shell)."""
+        _, lane = self.lanes.for_gpus(job.gpus)
+        return [
+            "--parsable",
+            f"--job-name={job.name}",
+            f"--chdir={job.workdir}",
+            f"--output={job.stdout}",
+            f"--error={job.stderr}",
+            "--open-mode=append",     # every attempt's log kept in one file
+            f"--signal={self.signal}",
+            "--no-requeue",           # re-admission is the tick's decision, never Slurm's
+            *lane.sbatch_options(job.gpus),
+        ]
+
+    def submit(self, job: JobSpec) -> str:
+        try:
+            validate_job(job, self.name_prefix)
+            for label, path in (("workdir", job.workdir), ("stdout", job.stdout), ("stderr", job.stderr)):
+                _check_path(label, path)
+            if not Path(job.workdir).is_dir():
+                raise ValueError(f"workdir {job.workdir} is not a directory")
+        except ValueError as exc:
+            raise SchedulerError(f"refusing to submit {job.name!r}: {exc}") from None
+        script_path = Path(job.script_path or Path(job.stdout).parent / "controller.sbatch")
+        options = self.sbatch_options(job)
+        # the controller argv goes after the script as its arguments, never into its text
+        argv = ["sbatch", *options, str(script_path), *job.argv]
+        try:
+            _prepare_logs(job)
+            write_private(script_path, render_controller_script(job.name, options, job.env))
+        except OSError as exc:
+            raise SchedulerError(f"cannot prepare job {job.name}: {exc}", path=exc.filename) from None
+        try:
+            out = run_client(argv, env=client_env(self._env), timeout=self.call_timeout)
+        except SlurmCallFailed as exc:
+            hint = ("the job may have been queued anyway; its submission token lets the next tick "
+                    "find it in squeue" if exc.timed_out else None)
+            raise SchedulerError(f"sbatch refused job {job.name}: {exc}", hint=hint) from None
+        job_id = out.strip().splitlines()[0].split(";")[0].strip() if out.strip() else ""
+        if not _JOB_ID_RE.fullmatch(job_id):
+            raise SchedulerError(f"sbatch accepted job {job.name} but printed no job id: {out.strip()!r}")
+        return job_id
+
+    # -- queue ----------------------------------------------------------------------------------
+    def queue(self) -> QueueSnapshot:
+        try:
+            argv = squeue_argv(self.squeue_user, _user_name())
+            out = run_client(argv, env=client_env(self._env, drop_prefixes=(SQUEUE_ENV_PREFIX,)),
+                             timeout=self.call_timeout)
+            return QueueSnapshot.of(parse_squeue(out, self.name_prefix))
+        except (SlurmCallFailed, SqueueParseError) as exc:
+            return QueueSnapshot.unknown(str(exc))
+        except Exception as exc:   # an UNKNOWN queue is safe; a crashed tick judges nothing at all
+            return QueueSnapshot.unknown(f"squeue could not be read: {type(exc).__name__}: {exc}")
+
+    # -- cancel ---------------------------------------------------------------------------------
+    def cancel(self, job_ids: Iterable[str]) -> None:
+        ids = sorted({str(j) for j in job_ids})
+        bad = [j for j in ids if not _JOB_ID_RE.fullmatch(j)]
+        if bad:   # never let "--user=x" or "-u" reach scancel as an "id"
+            raise SchedulerError(f"refusing to cancel: not Slurm job ids: {', '.join(map(repr, bad))}")
+        if not ids:
+            return
+        try:
+            # unknown and finished ids are silent with rc 0, which makes cancel idempotent
+            run_client(["scancel", *ids], env=client_env(self._env), timeout=self.call_timeout)
+        except SlurmCallFailed as exc:
+            raise SchedulerError(f"scancel {' '.join(ids)} failed: {exc}") from None
+
+    def capacity(self) -> dict[str, int | None]:
+        return {"cpu": None, "gpu": None}   # the site decides; sweep does not count its GPUs
+
+
+def _check_path(label: str, path: Path) -> None:
+    text = str(path)
+    bad = [c for c in _UNSAFE_PATH_CHARS if c in text]
+    if bad:
+        raise ValueError(f"{label} path {text!r} contains {bad[0]!r}, which sbatch would interpret")
+    if not Path(path).is_absolute():
+        raise ValueError(f"{label} path {text!r} must be absolute (the job starts elsewhere)")
+
+
+def _prepare_logs(job: JobSpec) -> None:
+    """Create the log files 0600 before sbatch: Slurm would create them with the job's umask,
+    and a missing log directory makes the job fail without a single line of output."""
+    for path in (Path(job.stdout), Path(job.stderr)):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, LOG_MODE)
+        try:
+            os.fchmod(fd, LOG_MODE)
+        finally:
+            os.close(fd)
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())

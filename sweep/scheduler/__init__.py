@@ -1,0 +1,52 @@
+"""Scheduler backends behind one small interface (see base.py and docs/slurm.md).
+
+One folder per backend: `local/` (the embedded default: detached processes on this machine),
+`slurm/` (sbatch/squeue/scancel), `pyslurm/` (optional; only where pyslurm matches the site's
+Slurm). `make_scheduler` imports the chosen backend only when it is asked for one, so `sweep
+status` (which never calls a scheduler) pays for none of them — and never imports pyslurm.
+Module-level imports here stay stdlib-only.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sweep.scheduler.base import (JobInfo, JobSpec, QueueSnapshot, Scheduler, check_job_name,
+                                  parse_gpu_count)
+
+if TYPE_CHECKING:
+    from sweep.models.lanes import SchedulerSettings
+
+LOCAL_JOBS_DIR = "local-jobs"   # <campaign>/local-jobs/: the local backend's job records
+
+__all__ = ["JobInfo", "JobSpec", "QueueSnapshot", "Scheduler", "check_job_name", "parse_gpu_count",
+           "make_scheduler", "LOCAL_JOBS_DIR"]
+
+
+def make_scheduler(settings: SchedulerSettings, campaign_dir: Path, name_prefix: str, *,
+                   env: Mapping[str, str] | None = None) -> Scheduler:
+    """The scheduler a campaign's settings ask for.
+
+    `name_prefix` is how this campaign's jobs are told apart from every other job of the user
+    (e.g. "sw.<campaign id>."). `env` defaults to this process's environment at call time
+    (SLURM_CONF and friends pass through as the caller has them).
+    Raises ConfigError when the backend cannot be used here (e.g. pyslurm missing or mismatched).
+    """
+    backend = settings.backend
+    if backend == "local":
+        from sweep.scheduler.local import LocalScheduler
+        return LocalScheduler(Path(campaign_dir) / LOCAL_JOBS_DIR, name_prefix,
+                              cpu_slots=settings.local.cpu_slots, gpu_slots=settings.local.gpu_slots,
+                              call_timeout=settings.call_timeout_seconds, env=env)
+    if backend == "slurm":
+        from sweep.scheduler.slurm import SlurmScheduler
+        return SlurmScheduler(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,
+                              squeue_user=settings.squeue_user, signal=settings.signal, env=env)
+    if backend == "pyslurm":
+        from sweep.scheduler.pyslurm import PyslurmScheduler
+        return PyslurmScheduler(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,
+                                squeue_user=settings.squeue_user, signal=settings.signal, env=env)
+    from runstate.errors import ConfigError
+    raise ConfigError(f"unknown scheduler backend {backend!r}", field="scheduler.backend",
+                      hint="use 'local', 'slurm' or 'pyslurm'")

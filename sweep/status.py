@@ -109,12 +109,12 @@ def render_status(st: dict[str, Any], limit: int = 20) -> str:
             out.append(f"  tick error: {err}")
     if st["draining"]:
         d = st["drain"]
-        why = f" ({d['reason']})" if d and d.get("reason") else ""
+        why = f" — reason: {d['reason']}" if d and d.get("reason") else ""
         if d and d["drained"]:
-            out.append(f"drained{why}: no active job, no held lease — safe to change the runtime")
+            out.append(f"drained: no active job, no held lease — safe to change the runtime{why}")
         else:
-            out.append(f"draining{why} ({d['active'] if d else '?'} active, "
-                       f"{d['held_leases'] if d else '?'} held leases)")
+            out.append(f"draining ({d['active'] if d else '?'} active, "
+                       f"{d['held_leases'] if d else '?'} held leases){why}")
     c, o = st["counts"], st["outcomes"]
     parts = [f"{st['runs']} runs", f"queued {c['queued']}", f"active {c['active']}"]
     parts += [f"{k} {o.get(k, 0)}" for k in ("verified", "generated_unverified", "blocked")]

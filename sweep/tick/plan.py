@@ -263,6 +263,11 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
     budget_left = None if cfg.max_spend_usd is None else cfg.max_spend_usd - committed
     canary_taken: set[str] = set()
     gpu_capacity = snap.capacity.get("gpu")
+    cpu_capacity = snap.capacity.get("cpu")
+    cpu_active = sum(1 for v in snap.runs.values() if v.record.gpus == 0 and (
+        v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None)))
+    gpu_devices = sum(v.record.gpus for v in snap.runs.values() if v.record.gpus and (
+        v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None)))
 
     for rec in queued:
         hold = None
@@ -282,7 +287,11 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
                     hold = f"waiting for the {role} canary after its cooldown"
                 else:
                     canary = role
-            gpu_blocked = rec.gpus > 0 and gpu_active >= cfg.max_gpu_parallel
+            # lane limits: max_gpu_parallel counts GPU runs; a known capacity counts slots/devices
+            gpu_blocked = rec.gpus > 0 and (gpu_active >= cfg.max_gpu_parallel or (
+                gpu_capacity is not None and gpu_devices + rec.gpus > gpu_capacity))
+            gpu_blocked = gpu_blocked or (rec.gpus == 0 and cpu_capacity is not None
+                                          and cpu_active >= cpu_capacity)
             allocation = None
             if hold is None and not gpu_blocked:
                 cap = rec.cap_usd
@@ -302,6 +311,9 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
                 remaining_target -= 1
                 if rec.gpus > 0:
                     gpu_active += 1
+                    gpu_devices += rec.gpus
+                else:
+                    cpu_active += 1
                 if canary:
                     canary_taken.add(canary)
                 if budget_left is not None and allocation is not None:

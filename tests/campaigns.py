@@ -1,0 +1,66 @@
+"""Helpers that write plans and run the real CLI (`python -m sweep`) in subprocesses."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PAYLOAD = REPO / "tests" / "payload_controller.py"
+
+
+def payload_plan(n: int, *, gpus: dict[int, int] | None = None, backend: str = "local",
+                 target: int = 100, max_parallel: int = 2, max_gpu_parallel: int = 2,
+                 max_attempts: int = 3, extra: dict | None = None, scheduler: dict | None = None,
+                 tick: dict | None = None) -> dict:
+    gpus = gpus or {}
+    cands = []
+    for i in range(n):
+        c = {"id": f"pr-{i:03d}", "repo": "/nonexistent/repo", "base": "main", "head": f"fix-{i}"}
+        if gpus.get(i):
+            c["options"] = {"gpus": gpus[i]}
+        cands.append(c)
+    plan = {"name": "t", "target_verified": target, "max_parallel": max_parallel,
+            "max_gpu_parallel": max_gpu_parallel, "max_attempts": max_attempts, "candidates": cands,
+            "scheduler": {"backend": backend, **(scheduler or {})},
+            "tick": {"controller_command": [sys.executable, str(PAYLOAD)], "submit_grace_s": 0,
+                     **(tick or {})}}
+    plan.update(extra or {})
+    return plan
+
+
+def write_plan(path: Path, plan: dict) -> Path:
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def sweep(*args: str, env: dict | None = None, timeout: float = 120, check: bool = True,
+          cwd: Path | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    r = subprocess.run([sys.executable, "-m", "sweep", *args], capture_output=True, text=True,
+                       timeout=timeout, env=full_env, cwd=cwd or REPO, stdin=subprocess.DEVNULL)
+    if check and r.returncode != 0:
+        raise AssertionError(f"sweep {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def status_json(campaign: Path, env: dict | None = None) -> dict:
+    return json.loads(sweep("status", "--json", "--campaign", str(campaign), env=env).stdout)
+
+
+def tick_until_done(campaign: Path, *, env: dict | None = None, timeout: float = 120,
+                    on_tick=None, pause: float = 0.3) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sweep("tick", "--campaign", str(campaign), env=env)
+        st = status_json(campaign, env=env)
+        if on_tick:
+            on_tick(st)
+        if st["counts"]["queued"] == 0 and st["counts"]["active"] == 0:
+            return st
+        time.sleep(pause)
+    raise AssertionError(f"campaign did not finish in {timeout}s: {status_json(campaign, env=env)}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -232,16 +233,29 @@ class SlurmCluster:
         if pid:
             self._terminate("slurmctld", pid)
 
-    def start_controller(self, timeout: float = 30.0) -> None:
-        """Restart slurmctld without -c, so it recovers jobs from its state directory."""
+    def start_controller(self, timeout: float = 30.0, wait_for_node: bool = True) -> None:
+        """Restart slurmctld without -c, so it recovers jobs from its state directory.
+
+        The node reads `unknown` for ~4 s until slurmd re-registers; pass wait_for_node=False when
+        answering clients is all that is needed (no new job has to start).
+        """
         self._spawn("slurmctld", [_which("slurmctld"), "-D", "-f", str(self.conf)])
         self._save_pids()
-        self.wait_node_responding(timeout, want_idle=False)
+        if wait_for_node:
+            self.wait_node_responding(timeout, want_idle=False)
+        else:
+            try:
+                wait_for(lambda: self._check_daemons() or self._controller_listening(), timeout,
+                         "slurmctld to listen")
+            except TimeoutError as exc:
+                raise ClusterError(f"{exc}\n{self.log_tail()}") from None
 
     def wait_node_responding(self, timeout: float, want_idle: bool) -> None:
         """Wait until sinfo answers and the node is usable; fail fast if a daemon died."""
         def ready() -> bool:
             self._check_daemons()
+            if not self._controller_listening():
+                return False   # a client would retry for ~9 s against a closed port
             try:   # a client call blocks ~9 s while slurmctld isn't listening yet
                 r = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=self.env,
                                    capture_output=True, text=True, timeout=3)
@@ -259,6 +273,14 @@ class SlurmCluster:
             raise ClusterError(f"{exc}; logs in {self.log_dir}\n{self.log_tail()}") from None
 
     # -- helpers ------------------------------------------------------------------------------
+    def _controller_listening(self) -> bool:
+        match = re.search(r"^SlurmctldPort=(\d+)", self.conf.read_text(), re.MULTILINE)
+        if not match:
+            return True
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            return s.connect_ex(("127.0.0.1", int(match.group(1)))) == 0
+
     def log_tail(self, lines: int = 15) -> str:
         chunks = []
         for path in sorted(self.log_dir.glob("*")):

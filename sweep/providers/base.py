@@ -1,0 +1,76 @@
+"""The provider contract: run one command in a sandbox, bounded in time, space and environment.
+
+A provider knows nothing about roles or agents. It is given an `ExecSpec` that already says what
+is writable, what must be visible, whether the network is on, which environment variables the
+child may see and how long it may run; it returns an `ExecResult` that says what happened. The
+session runtimes (sweep/runtimes) turn a RoleSpec into an ExecSpec; the Harbor trial runner
+(sweep/harbor) uses the same contract to run a task's solution and tests.
+
+One folder per provider: `local/` (subprocess + bubblewrap). Modal and Daytona come later and must
+keep the same guarantees: nothing writable outside `write_paths`, an explicit environment,
+a walltime enforced from outside the sandbox, and no secret in any file the provider writes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class ExecSpec:
+    argv: list[str]                       # never a shell string
+    cwd: Path
+    timeout_s: float                      # walltime, enforced from outside (TERM, grace, KILL)
+    write_paths: tuple[Path, ...] = ()    # the ONLY writable host paths; empty = read-only session
+    read_paths: tuple[Path, ...] = ()     # host paths that must be visible (read-only) in the sandbox
+    network: bool = False                 # False: a network namespace with only loopback
+    env: dict[str, str] = field(default_factory=dict)         # non-secret variables to set
+    env_passthrough: tuple[str, ...] = ()  # names copied from the caller's environment when set
+    secret_env: dict[str, Path] = field(default_factory=dict)  # name -> file, read at launch
+    stdout_path: Path | None = None       # transcript files, created 0600, secrets redacted
+    stderr_path: Path | None = None
+    pass_fds: tuple[int, ...] = ()        # open descriptors the child inherits (output channel)
+    kill_grace_s: float | None = None     # None = the provider's default
+
+
+@dataclass
+class ExecResult:
+    rc: int | None                        # None when it never started or was killed
+    timed_out: bool
+    duration_s: float
+    stdout_tail: str                      # last few KB, secrets redacted
+    stderr_tail: str
+    isolation: str                        # "bwrap" | "none": what actually enforced the spec
+    argv: list[str]                       # what was executed, sandbox prefix included (no secrets)
+    env_names: list[str]                  # names only, never values
+    pid: int | None = None
+    pgid: int | None = None
+    launch_error: str | None = None       # e.g. "command not found: my-agent"
+    signal: int | None = None             # the signal that ended the process, if any
+
+
+@dataclass(frozen=True)
+class OutputChannel:
+    """A file the session writes its structured output to without any writable bind.
+
+    `sandbox_path` is what the agent is told (e.g. `/dev/fd/7`); the provider passes `fd`, an open
+    descriptor of `host_path`, to the child, so the write lands outside the sandbox while every
+    mounted path stays read-only.
+    """
+    host_path: Path
+    sandbox_path: str
+    fd: int
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+    isolation: str                        # effective isolation: "bwrap" | "none"
+    environment_fidelity: str             # "host": task Dockerfiles are not built; see docs/tasks.md
+
+    def run(self, spec: ExecSpec) -> ExecResult: ...
+
+    def open_output_channel(self, host_path: Path) -> OutputChannel: ...
+
+    def close_output_channel(self, channel: OutputChannel) -> None: ...

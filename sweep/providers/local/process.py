@@ -1,0 +1,178 @@
+"""Run one child process: own process group, closed stdin, redacted transcripts, a hard walltime.
+
+What this guarantees, and what a crash leaves:
+- The child is a new session and process-group leader (`start_new_session`), so one `killpg` reaches
+  it and everything it forked that stayed in the group.
+- On walltime the group gets SIGTERM, then SIGKILL after the grace period. The leader is left a
+  zombie (waitid WNOWAIT) until the group has been killed, so its pid, and hence the group id we
+  signal, cannot be recycled by an unrelated process in between.
+- After the leader exits, normally or not, the group is SIGKILLed once more, so background
+  processes it left behind do not outlive the session. A process that left the group on purpose
+  (setsid, double fork) is only reached through the sandbox: bubblewrap runs the session in its own
+  pid namespace, which the kernel empties when the sandbox ends.
+- stdout/stderr are streamed through a redactor into 0600 files: a secret value never reaches disk,
+  not even in a partial write that a crash could leave behind.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TAIL_BYTES = 16 * 1024
+REDACTED = b"[REDACTED]"
+MIN_SECRET_LEN = 4      # redacting shorter values would shred the transcript and reveal little
+POLL_S = 0.05
+
+
+class Redactor:
+    """Replaces secret values in a byte stream, including values split across chunks."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        values = {s.encode() for s in secrets if s and len(s) >= MIN_SECRET_LEN}
+        self._secrets = sorted(values, key=len, reverse=True)
+        self._keep = max((len(s) for s in self._secrets), default=1) - 1
+        self._pending = b""
+
+    def _scrub(self, data: bytes) -> bytes:
+        for value in self._secrets:
+            data = data.replace(value, REDACTED)
+        return data
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._scrub(self._pending + chunk)
+        if not self._keep:
+            self._pending = b""
+            return data
+        # Hold back what could be the start of a secret whose end has not arrived yet.
+        self._pending = data[-self._keep:]
+        return data[:-self._keep]
+
+    def flush(self) -> bytes:
+        data, self._pending = self._scrub(self._pending), b""
+        return data
+
+    def scrub_text(self, text: str) -> str:
+        return self._scrub(text.encode(errors="replace")).decode(errors="replace")
+
+
+class _Pump(threading.Thread):
+    """Copies one pipe into a transcript file through the redactor and keeps a tail in memory."""
+
+    def __init__(self, pipe, path: Path | None, redactor: Redactor) -> None:
+        super().__init__(daemon=True)
+        self._pipe = pipe
+        self._path = path
+        self._redactor = redactor
+        self.tail = b""
+
+    def _out(self, fd: int | None, data: bytes) -> None:
+        if not data:
+            return
+        if fd is not None:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        self.tail = (self.tail + data)[-TAIL_BYTES:]
+
+    def run(self) -> None:
+        fd = None
+        if self._path is not None:
+            fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            os.fchmod(fd, 0o600)
+        try:
+            while True:
+                chunk = self._pipe.read1(65536) if hasattr(self._pipe, "read1") else self._pipe.read(65536)
+                if not chunk:
+                    break
+                self._out(fd, self._redactor.feed(chunk))
+            self._out(fd, self._redactor.flush())
+        except (OSError, ValueError):
+            pass   # the pipe was closed under us after a kill: what we have is the transcript
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+@dataclass
+class ProcessOutcome:
+    rc: int | None
+    timed_out: bool
+    duration_s: float
+    stdout_tail: str
+    stderr_tail: str
+    pid: int | None
+    pgid: int | None
+    launch_error: str | None = None
+    signal: int | None = None
+
+
+def _leader_exited(pid: int) -> bool:
+    """True once the leader has exited; it stays a zombie (not reaped) so its pid is not reused."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None and info.si_pid != 0
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass   # the group is already empty (or only zombies we cannot signal): nothing left to stop
+
+
+def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: float,
+                stdout_path: Path | None, stderr_path: Path | None, secrets: list[str],
+                kill_grace_s: float, pass_fds: tuple[int, ...] = ()) -> ProcessOutcome:
+    redactor = Redactor(secrets)
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                                pass_fds=pass_fds)
+    except OSError as exc:
+        for path in (stdout_path, stderr_path):
+            if path is not None:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        return ProcessOutcome(rc=None, timed_out=False, duration_s=time.monotonic() - started,
+                              stdout_tail="", stderr_tail="", pid=None, pgid=None,
+                              launch_error=redactor.scrub_text(f"cannot start {argv[0]!r}: {exc.strerror or exc}"))
+    pgid = proc.pid   # start_new_session: the child leads its own group
+    pumps = [_Pump(proc.stdout, stdout_path, redactor), _Pump(proc.stderr, stderr_path, Redactor(secrets))]
+    for pump in pumps:
+        pump.start()
+
+    deadline = started + timeout_s
+    timed_out = False
+    while not _leader_exited(proc.pid):
+        if time.monotonic() >= deadline:
+            timed_out = True
+            _killpg(pgid, signal.SIGTERM)
+            grace_end = time.monotonic() + kill_grace_s
+            while not _leader_exited(proc.pid) and time.monotonic() < grace_end:
+                time.sleep(POLL_S)
+            break
+        time.sleep(POLL_S)
+    # Kill whatever is left in the group while the leader's zombie still pins the group id.
+    _killpg(pgid, signal.SIGKILL)
+    rc = proc.wait()
+    for pump in pumps:
+        pump.join(timeout=5.0)   # a process that escaped the group may hold the pipe open: do not hang
+    for pump, stream in zip(pumps, (proc.stdout, proc.stderr)):
+        if pump.is_alive():
+            continue   # closing a reader another thread is blocked in would deadlock; it is a daemon
+        try:
+            stream.close()
+        except OSError:
+            pass
+    sig = -rc if rc is not None and rc < 0 else None
+    return ProcessOutcome(rc=rc, timed_out=timed_out, duration_s=time.monotonic() - started,
+                          stdout_tail=pumps[0].tail.decode(errors="replace"),
+                          stderr_tail=pumps[1].tail.decode(errors="replace"),
+                          pid=proc.pid, pgid=pgid, signal=sig)

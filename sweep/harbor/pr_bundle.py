@@ -1,0 +1,192 @@
+"""A pull request, mechanically, as a Harbor task: what the oracle author does.
+
+- the PR's test changes become `tests/` (files/<path> + the lists test.sh reads);
+- its non-test diff becomes the reference `solution/` (a binary git patch + solve.sh);
+- title and body become `instruction.md`;
+- the repository at the base commit becomes `environment/repo/`.
+
+Everything from the PR is untrusted: paths from the diff are validated before use and only ever
+passed to git after `--` with literal pathspecs, or written into data files; title and body are only
+written as file content. git runs with argv lists, never through a shell. A PR that changes no test
+file, or only test files, is refused with a reason the controller records (`blocked`).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sweep.harbor import layout, scripts
+
+_SHA_RE = re.compile(r"^[0-9a-fA-F]{7,64}$")
+GIT_TIMEOUT_S = 300
+
+
+class AuthorRefusal(Exception):
+    """The PR cannot become a task; `reason` is a short machine code, the message says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass
+class BundleReport:
+    test_files: list[str] = field(default_factory=list)
+    deleted_test_files: list[str] = field(default_factory=list)
+    solution_files: list[str] = field(default_factory=list)
+    base: str = ""
+    head: str = ""
+
+    def as_dict(self) -> dict:
+        return {"test_files": self.test_files, "deleted_test_files": self.deleted_test_files,
+                "solution_files": self.solution_files, "base": self.base, "head": self.head}
+
+
+def _git(repo: Path, *args: str, binary: bool = False) -> bytes:
+    # Literal pathspecs: a file named ':(glob)**' is a file name, not pathspec magic.
+    argv = ["git", "--literal-pathspecs", "-C", str(repo), *args]
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        raise AuthorRefusal("git_failed", f"git {args[0]} timed out") from None
+    if done.returncode != 0:
+        err = done.stderr.decode(errors="replace").strip().splitlines()
+        raise AuthorRefusal("git_failed", f"git {args[0]} failed: {err[-1] if err else 'exit ' + str(done.returncode)}")
+    return done.stdout
+
+
+def _check_source(source: dict) -> tuple[Path, str, str, str, str, list[str]]:
+    if not isinstance(source, dict) or source.get("kind") != "git":
+        raise AuthorRefusal("bad_source", "the source must be {'kind': 'git', ...}")
+    repo = source.get("repo")
+    if not isinstance(repo, str) or not os.path.isabs(repo) or not os.path.isdir(repo):
+        raise AuthorRefusal("bad_source", "source.repo must be the absolute path of a git repository")
+    base, head = source.get("base"), source.get("head")
+    for name, value in (("base", base), ("head", head)):
+        if not isinstance(value, str) or not _SHA_RE.match(value):
+            raise AuthorRefusal("bad_source", f"source.{name} must be a commit sha (hex)")
+    title = source.get("title") or ""
+    body = source.get("body") or ""
+    if not isinstance(title, str) or not isinstance(body, str):
+        raise AuthorRefusal("bad_source", "source.title and source.body must be text")
+    command = source.get("test_command")
+    if not isinstance(command, str) or not command.strip():
+        raise AuthorRefusal("bad_source", "source.test_command must be a command line, e.g. 'python3 -m unittest -q'")
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise AuthorRefusal("bad_source", f"source.test_command does not parse: {exc}") from None
+    if any("\n" in a or "\r" in a or "\x00" in a for a in argv):
+        raise AuthorRefusal("bad_source", "source.test_command has an argument with a line break")
+    return Path(repo), base, head, title, body, argv
+
+
+def _changed_paths(repo: Path, base: str, head: str) -> list[tuple[str, str]]:
+    raw = _git(repo, "diff", "--name-status", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
+               base, head, "--")
+    fields = raw.split(b"\0")
+    changes: list[tuple[str, str]] = []
+    i = 0
+    while i + 1 < len(fields) and fields[i]:
+        status = fields[i].decode()
+        try:
+            path = fields[i + 1].decode("utf-8")
+        except UnicodeDecodeError:
+            raise AuthorRefusal("unsafe_path", "the PR changes a path that is not UTF-8") from None
+        why = layout.unsafe_relpath(path)
+        if why:
+            raise AuthorRefusal("unsafe_path", f"the PR changes an unsafe path: {why}")
+        changes.append((status[:1], path))
+        i += 2
+    return changes
+
+
+def _extract_tree(repo: Path, commit: str, dest: Path) -> None:
+    """`git archive COMMIT` unpacked into dest, streamed (a large repository never sits in memory)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    argv = ["git", "-C", str(repo), "archive", "--format=tar", commit]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            # The data filter refuses absolute names, `..`, links out of dest and device files.
+            tar.extractall(dest, filter="data")
+    except tarfile.FilterError as exc:
+        proc.kill()
+        raise AuthorRefusal("unsafe_path", f"the repository has an entry unsafe to unpack: {exc}") from None
+    except tarfile.TarError as exc:
+        proc.kill()
+        raise AuthorRefusal("git_failed", f"git archive produced no readable tree: {exc}") from None
+    finally:
+        proc.stdout.close()
+        err = proc.stderr.read().decode(errors="replace").strip()
+        proc.stderr.close()
+        rc = proc.wait(timeout=GIT_TIMEOUT_S)
+    if rc != 0:
+        raise AuthorRefusal("git_failed", f"git archive failed: {err.splitlines()[-1] if err else 'exit ' + str(rc)}")
+
+
+def _write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
+    os.chmod(path, mode)
+
+
+def _clear(directory: Path) -> None:
+    """Empty `directory` (a previous revision's files must not leak into this one)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for child in directory.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def build_bundle_from_git(source: dict, out: Path) -> BundleReport:
+    """Write the task bundle for the PR in `source` into `out` (emptied first)."""
+    repo, base, head, title, body, test_argv = _check_source(source)
+    base = _git(repo, "rev-parse", "--verify", "--end-of-options", base + "^{commit}").decode().strip()
+    head = _git(repo, "rev-parse", "--verify", "--end-of-options", head + "^{commit}").decode().strip()
+    changes = _changed_paths(repo, base, head)
+    tests = [(s, p) for s, p in changes if layout.is_test_path(p)]
+    others = [p for s, p in changes if not layout.is_test_path(p)]
+    if not tests:
+        raise AuthorRefusal("no_test_changes",
+                            "the PR changes no test file, so nothing can verify a solution "
+                            f"({len(changes)} file(s) changed, none under a test directory or named like a test)")
+    if not others:
+        raise AuthorRefusal("no_solution_changes",
+                            "the PR changes only test files, so there is no reference solution to verify against")
+    report = BundleReport(base=base, head=head, solution_files=others)
+    report.test_files = [p for s, p in tests if s != "D"]
+    report.deleted_test_files = [p for s, p in tests if s == "D"]
+
+    out = Path(out)
+    _clear(out)
+    _write(out / layout.INSTRUCTION, scripts.instruction_md(title, body))
+    _write(out / layout.TASK_TOML, scripts.task_toml(source_repo=str(repo), base=base, head=head,
+                                                      test_files=len(report.test_files)))
+    _write(out / layout.DOCKERFILE, scripts.DOCKERFILE)
+    _extract_tree(repo, base, out / layout.ENV_REPO)
+
+    _write(out / layout.TEST_SH, scripts.TEST_SH, 0o755)
+    _write(out / layout.TEST_FILES, "".join(p + "\n" for p in report.test_files))
+    _write(out / layout.DELETED_TEST_FILES, "".join(p + "\n" for p in report.deleted_test_files))
+    _write(out / layout.TEST_COMMAND, "".join(a + "\n" for a in test_argv))
+    for path in report.test_files:
+        blob = _git(repo, "cat-file", "blob", f"{head}:{path}")
+        _write(out / layout.TEST_FILES_DIR / path, blob)
+
+    patch = _git(repo, "diff", "--binary", "--full-index", "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color",
+                 base, head, "--", *others)
+    _write(out / layout.SOLUTION_PATCH, patch)
+    _write(out / layout.SOLVE_SH, scripts.SOLVE_SH, 0o755)
+    return report

@@ -1,0 +1,236 @@
+"""Small, real git repositories with a base and a head commit: sample pull requests.
+
+Used by the tests, and by `sweep demo` to build a panel at runtime. Each builder makes one
+repository under `root` and returns the author's `source` input:
+    {"kind": "git", "repo": "/abs/path", "base": sha, "head": sha, "title": ..., "body": ...,
+     "test_command": "python3 -m unittest -q"}
+The code and tests use the standard library only, so they run inside bubblewrap with the
+system python3.
+
+Kinds:
+- verified: a bug fix plus a test that fails before and passes after (becomes a verified task);
+- no_tests: a fix without any test change (the author refuses it: blocked);
+- passes_before: the PR's tests already pass on the base commit (the empty-solution gate fails);
+- flaky: a real fix plus a test that passes about half the time (the repeat gate fails). With
+  `counter_file`, it passes on even-numbered runs and fails on odd ones instead, as long as the
+  file is writable by the test run (isolation "none"); under bubblewrap it falls back to chance.
+Commits have fixed dates and authors, so the same kind always gets the same shas.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+TEST_COMMAND = "python3 -m unittest -q"
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Sample Author", "GIT_AUTHOR_EMAIL": "author@example.invalid",
+    "GIT_COMMITTER_NAME": "Sample Author", "GIT_COMMITTER_EMAIL": "author@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+}
+
+MATHX_BUGGY = '''"""Small numeric helpers."""
+
+
+def clamp(value, low, high):
+    """Return value limited to the closed range [low, high]."""
+    if low > high:
+        raise ValueError("low must not exceed high")
+    if value < low:
+        return low
+    if value > high:
+        return low
+    return value
+
+
+def mean(values):
+    """Arithmetic mean of a non-empty sequence."""
+    values = list(values)
+    if not values:
+        raise ValueError("mean of an empty sequence")
+    return sum(values) / len(values)
+'''
+
+MATHX_FIXED = MATHX_BUGGY.replace("""    if value > high:
+        return low
+""", """    if value > high:
+        return high
+""")
+
+TEST_BASE = '''import unittest
+
+from mathx import clamp, mean
+
+
+class ClampTest(unittest.TestCase):
+    def test_below_range_gives_low(self):
+        self.assertEqual(clamp(-5, 0, 10), 0)
+
+    def test_inside_range_is_unchanged(self):
+        self.assertEqual(clamp(3, 0, 10), 3)
+
+
+class MeanTest(unittest.TestCase):
+    def test_mean(self):
+        self.assertEqual(mean([1, 2, 3]), 2)
+'''
+
+TEST_ABOVE = '''
+
+class ClampAboveTest(unittest.TestCase):
+    def test_above_range_gives_high(self):
+        self.assertEqual(clamp(42, 0, 10), 10)
+'''
+
+TEST_EMPTY_MEAN = '''
+
+class MeanEmptyTest(unittest.TestCase):
+    def test_empty_mean_raises(self):
+        with self.assertRaises(ValueError):
+            mean([])
+'''
+
+FLAKY_TEST = '''import os
+import random
+import unittest
+
+from mathx import clamp
+
+COUNTER_FILE = {counter!r}
+
+
+def lucky():
+    """True on even-numbered runs when the counter file is writable, otherwise by chance."""
+    if COUNTER_FILE:
+        try:
+            with open(COUNTER_FILE) as fh:
+                runs = int(fh.read().strip() or 0)
+        except (OSError, ValueError):
+            runs = 0
+        try:
+            with open(COUNTER_FILE, "w") as fh:
+                fh.write(str(runs + 1))
+            return runs % 2 == 0
+        except OSError:
+            pass
+    return random.SystemRandom().random() < 0.5
+
+
+class ClampAboveTest(unittest.TestCase):
+    def test_above_range_gives_high(self):
+        self.assertEqual(clamp(42, 0, 10), 10)
+
+    def test_timing_sensitive(self):
+        # Stands in for a test that depends on timing or ordering: it passes about half the time.
+        self.assertTrue(lucky(), "unlucky run")
+'''
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **_GIT_ENV}
+    done = subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null",
+                           "-C", str(repo), *args], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def _commit(repo: Path, files: dict[str, str], message: str, when: str) -> str:
+    for rel, text in files.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    _git(repo, "add", "-A")
+    env_date = {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    env = {**os.environ, **_GIT_ENV, **env_date}
+    subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "-C", str(repo),
+                    "commit", "-q", "-m", message], env=env, stdin=subprocess.DEVNULL,
+                   capture_output=True, text=True, check=True)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def _new_repo(root: Path, name: str) -> Path:
+    repo = Path(root).resolve() / name
+    if repo.exists():
+        raise FileExistsError(f"{repo} already exists")
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    return repo
+
+
+def _base(repo: Path) -> str:
+    return _commit(repo, {
+        "README.md": "# mathx\n\nSmall numeric helpers. Run the tests with `python3 -m unittest`.\n",
+        "mathx.py": MATHX_BUGGY,
+        "tests/__init__.py": "",
+        "tests/test_mathx.py": TEST_BASE,
+    }, "Initial mathx", "2024-01-01T00:00:00+00:00")
+
+
+def _source(repo: Path, base: str, head: str, title: str, body: str) -> dict:
+    return {"kind": "git", "repo": str(repo), "base": base, "head": head, "title": title, "body": body,
+            "test_command": TEST_COMMAND}
+
+
+def make_verified_pr(root: Path, name: str = "verified", *, title: str | None = None,
+                     body: str | None = None) -> dict:
+    """A bug fix with a test that fails on the base commit and passes with the fix."""
+    repo = _new_repo(root, name)
+    base = _base(repo)
+    head = _commit(repo, {"mathx.py": MATHX_FIXED, "tests/test_mathx.py": TEST_BASE + TEST_ABOVE},
+                   "Fix clamp() above the range", "2024-01-02T00:00:00+00:00")
+    return _source(repo, base, head,
+                   title if title is not None else "Fix clamp() returning the lower bound above the range",
+                   body if body is not None else
+                   "`clamp(42, 0, 10)` returns 0; it should return 10, the upper bound.\n\n"
+                   "Values above the range must be limited to `high`.")
+
+
+def make_pr_without_tests(root: Path, name: str = "no-tests") -> dict:
+    """The same fix, but the PR touches no test file."""
+    repo = _new_repo(root, name)
+    base = _base(repo)
+    head = _commit(repo, {"mathx.py": MATHX_FIXED}, "Fix clamp() above the range (no test)",
+                   "2024-01-02T00:00:00+00:00")
+    return _source(repo, base, head, "Fix clamp() above the range",
+                   "Values above the range now give the upper bound. No test added.")
+
+
+def make_pr_tests_pass_before(root: Path, name: str = "passes-before") -> dict:
+    """The PR's new test checks behaviour the base commit already has."""
+    repo = _new_repo(root, name)
+    base = _base(repo)
+    head = _commit(repo, {"mathx.py": MATHX_BUGGY.replace("Arithmetic mean of a non-empty sequence.",
+                                                          "Arithmetic mean; raises ValueError when empty."),
+                          "tests/test_mathx.py": TEST_BASE + TEST_EMPTY_MEAN},
+                   "Document and test mean() on empty input", "2024-01-02T00:00:00+00:00")
+    return _source(repo, base, head, "mean() of an empty sequence raises ValueError",
+                   "Documents the existing behaviour and adds a test for it.")
+
+
+def make_flaky_pr(root: Path, name: str = "flaky", *, counter_file: str | Path | None = None) -> dict:
+    """A real fix whose new test file also holds a test that passes about half the time."""
+    repo = _new_repo(root, name)
+    base = _base(repo)
+    counter = str(Path(counter_file).resolve()) if counter_file is not None else None
+    head = _commit(repo, {"mathx.py": MATHX_FIXED,
+                          "tests/test_clamp_above.py": FLAKY_TEST.format(counter=counter)},
+                   "Fix clamp() above the range, with a flaky test", "2024-01-02T00:00:00+00:00")
+    return _source(repo, base, head, "Fix clamp() above the range",
+                   "`clamp(42, 0, 10)` should return 10. The new test file has a timing-sensitive test.")
+
+
+SAMPLE_BUILDERS = {
+    "verified": make_verified_pr,
+    "no_tests": make_pr_without_tests,
+    "passes_before": make_pr_tests_pass_before,
+    "flaky": make_flaky_pr,
+}
+
+
+def make_pr_repo(root: Path, kind: str = "verified", name: str | None = None, **options) -> dict:
+    """Build the sample `kind` under `root` (named after the kind unless `name` is given)."""
+    try:
+        builder = SAMPLE_BUILDERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown sample kind {kind!r}; known: {', '.join(SAMPLE_BUILDERS)}") from None
+    return builder(root, name or kind.replace("_", "-"), **options)

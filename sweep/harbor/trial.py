@@ -1,0 +1,113 @@
+"""One trial of a task: a starting repository, a solution, the verifier, a reward.
+
+`run_trial` copies the bundle's `environment/repo` (or a solver's finished repository) into a
+fresh working directory, applies the solution, runs `tests/test.sh` and reads the reward, exactly
+as Harbor would inside the task image, but on this host's toolchain (environment_fidelity="host";
+see docs/tasks.md). Both scripts run through the provider with the network off and only the
+trial's `repo/` and `logs/` writable, so neither a solution nor a test can touch the bundle.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from runstate.errors import SweepError
+from sweep.harbor import layout
+from sweep.harbor.bundle import validate_bundle
+from sweep.providers.base import ExecSpec, Provider
+
+DETAIL_LIMIT = 500
+
+
+@dataclass
+class TrialResult:
+    reward: float | None          # None: the trial produced no reward (broken solution or verifier)
+    ok: bool                      # the trial ran to a reward
+    detail: str
+    duration_s: float
+    solution: str = ""            # "reference" | "empty" | "path"
+    environment_fidelity: str = "host"
+    isolation: str = ""
+    workdir: str = ""
+
+
+def read_reward(logs_dir: Path) -> tuple[float | None, str]:
+    """The verifier's reward from reward.txt (a number) or reward.json ({"reward": number})."""
+    txt = logs_dir / layout.REWARD_RELPATH
+    js = logs_dir / layout.REWARD_JSON_RELPATH
+    try:
+        if txt.is_file():
+            return float(txt.read_text().strip()), ""
+        if js.is_file():
+            value = json.loads(js.read_text())
+            value = value.get("reward") if isinstance(value, dict) else value
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value), ""
+            return None, "reward.json has no numeric reward"
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable reward: {exc}"
+    return None, "the verifier wrote no reward"
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    return text[-DETAIL_LIMIT:]
+
+
+def run_trial(bundle_dir: str | Path, solution: str | Path, *, provider: Provider, workdir: str | Path,
+              timeout_s: float) -> TrialResult:
+    """Run `solution` ("reference", "empty" or a repository Path) against the bundle's tests."""
+    started = time.monotonic()
+    bundle = Path(bundle_dir).resolve()
+    work = Path(workdir)
+    kind = solution if isinstance(solution, str) else "path"
+    if kind not in ("reference", "empty", "path"):
+        raise SweepError(f"unknown solution {solution!r}: use 'reference', 'empty' or a Path")
+
+    def result(reward: float | None, detail: str) -> TrialResult:
+        return TrialResult(reward=reward, ok=reward is not None, detail=detail[:DETAIL_LIMIT],
+                           duration_s=time.monotonic() - started, solution=kind,
+                           environment_fidelity=getattr(provider, "environment_fidelity", "host"),
+                           isolation=getattr(provider, "isolation", ""), workdir=str(work))
+
+    problems = validate_bundle(bundle)
+    if problems:
+        return result(None, "invalid bundle: " + "; ".join(problems[:5]))
+    if work.exists() and any(work.iterdir()):
+        raise SweepError("the trial workdir must be new or empty", path=work)
+    work.mkdir(parents=True, exist_ok=True)
+    work = work.resolve()
+    repo, logs = work / "repo", work / "logs"
+    start_repo = bundle / layout.ENV_REPO if kind != "path" else Path(solution)
+    if not start_repo.is_dir():
+        return result(None, f"no repository to test at {start_repo}")
+    shutil.copytree(start_repo, repo, symlinks=True)
+    shutil.copytree(bundle / layout.TESTS, work / "tests", symlinks=True)
+    (logs / "verifier").mkdir(parents=True)
+    (logs / "agent").mkdir()
+    env = {"REPO_DIR": str(repo), "LOGS_DIR": str(logs)}
+    deadline = started + timeout_s
+
+    def run(script: Path, name: str):
+        return provider.run(ExecSpec(
+            argv=["bash", str(script)], cwd=repo, timeout_s=max(1.0, deadline - time.monotonic()),
+            write_paths=(repo, logs), read_paths=(work,), network=False, env=env,
+            stdout_path=logs / f"{name}.stdout", stderr_path=logs / f"{name}.stderr"))
+
+    if kind == "reference":
+        shutil.copytree(bundle / layout.SOLUTION, work / "solution", symlinks=True)
+        solved = run(work / layout.SOLVE_SH, "agent/solve")
+        if solved.launch_error or solved.timed_out or solved.rc != 0:
+            why = solved.launch_error or ("timed out" if solved.timed_out else f"exited {solved.rc}")
+            return result(None, f"solution/solve.sh {why}: {_tail(solved.stderr_tail or solved.stdout_tail)}")
+    tested = run(work / layout.TEST_SH, "verifier/test")
+    if tested.launch_error or tested.timed_out:
+        why = tested.launch_error or "timed out"
+        return result(None, f"tests/test.sh {why}")
+    reward, why = read_reward(logs)
+    if reward is None:
+        return result(None, f"tests/test.sh exited {tested.rc}; {why}: {_tail(tested.stderr_tail)}")
+    return result(reward, f"reward {reward:g} (tests/test.sh exited {tested.rc}): {_tail(tested.stdout_tail)}")

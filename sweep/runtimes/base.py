@@ -1,0 +1,130 @@
+"""The session-runtime contract: a RoleSpec in, an invocation out; a finished process in, a result out.
+
+A runtime never runs anything itself. `run_session` (sweep/runtimes/session.py) asks it for an
+`Invocation`, runs that through a provider inside the role's sandbox, audits the workspace, and
+asks the runtime to `parse` what happened. This keeps enforcement (sandbox, environment, walltime,
+audit, schema validation) in one place that every runtime goes through, and leaves each runtime
+with exactly two jobs: map the RoleSpec onto its CLI's flags, and read its CLI's output.
+
+Each runtime declares `capabilities(options)`: what of a RoleSpec it can honour. The check is
+made up front by `check_runtime_supports`, so an unsupported combination fails before any paid work.
+claude-code and codex (later) fit as: build_invocation maps tools -> --tools, max_turns ->
+--max-turns, output_schema -> --json-schema / --output-schema; parse reads stream-json / --json
+events; classification reads their structured error events before falling back to text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from roles import RoleSpec
+
+STATUSES = ("ok", "failed", "timeout", "audit_failed")
+FAILURE_CLASSES = ("outage", "throttle", "config", "failure")
+
+
+@dataclass
+class SessionRequest:
+    role: RoleSpec
+    manifest_sha256: str
+    runtime: str                          # "oracle" | "nop" | "command"
+    runtime_options: dict                 # e.g. {"argv": [...]} for command
+    workspace: Path                       # the directory the agent works in (prepared by the controller)
+    session_dir: Path                     # run_dir/sessions/NNNN-<role>/ (outside the workspace)
+    prompt: str                           # the text given to the agent
+    inputs: dict                          # role inputs, JSON-able (see docs/roles.md)
+    secrets: dict[str, Path] = field(default_factory=dict)   # env var -> secret file, child env only
+
+
+@dataclass
+class SessionResult:
+    status: str                           # "ok" | "failed" | "timeout" | "audit_failed"
+    failure_class: str | None             # None | "outage" | "throttle" | "config" | "failure"
+    evidence: str                         # short, truncated, secret-free
+    turns: int | None
+    cost_usd: float | None
+    session_id: str | None
+    structured_output: dict | None        # judges: validated against role.output_schema
+    audit_violations: list[str]
+    duration_s: float
+    reason: str | None = None             # short machine code when not ok, e.g. "no_test_changes"
+    report: dict | None = None            # what the runtime says it did (oracle: files written)
+    changed_paths: list[str] = field(default_factory=list)   # in-scope changes the session made
+    manifest_sha256: str = ""
+    isolation: str = ""                   # what enforced the sandbox: "bwrap" | "none"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class RuntimeCapabilities:
+    restricts_tools: bool                 # can confine the agent to exactly role.tools
+    structured_output: bool               # can return a judge's verdict
+    max_turns: bool                       # can stop the agent after budget.max_turns
+    cost_cap: bool                        # can stop the agent at budget.cost_cap_usd
+    needs_network: bool                   # the session must reach a model API
+    roles: frozenset[str] | None = None   # role names it knows how to play; None = any
+
+
+@dataclass(frozen=True)
+class SessionFiles:
+    """Where a session's records live; all 0600 inside a 0700 directory."""
+    session_dir: Path
+
+    @property
+    def prompt(self) -> Path: return self.session_dir / "prompt.md"
+    @property
+    def instructions(self) -> Path: return self.session_dir / "instructions.md"
+    @property
+    def output_schema(self) -> Path: return self.session_dir / "output_schema.json"
+    @property
+    def inputs(self) -> Path: return self.session_dir / "inputs.json"
+    @property
+    def argv(self) -> Path: return self.session_dir / "argv.json"
+    @property
+    def stdout(self) -> Path: return self.session_dir / "stdout.txt"
+    @property
+    def stderr(self) -> Path: return self.session_dir / "stderr.txt"
+    @property
+    def output(self) -> Path: return self.session_dir / "output.json"
+    @property
+    def result(self) -> Path: return self.session_dir / "result.json"
+    @property
+    def pre_session_copy(self) -> Path: return self.session_dir / "pre-session"
+
+
+@dataclass
+class Invocation:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)     # non-secret variables the runtime needs
+    read_paths: list[Path] = field(default_factory=list)  # host paths the session must see
+    network: bool = False
+
+
+@dataclass
+class Parsed:
+    """What a runtime read from its finished process (before sweep's own checks)."""
+    ok: bool
+    failure_class: str | None = None
+    evidence: str = ""
+    reason: str | None = None
+    turns: int | None = None
+    cost_usd: float | None = None
+    session_id: str | None = None
+    output: Any = None                    # a judge's structured output candidate, validated by sweep
+    report: dict | None = None
+
+
+class SessionRuntime(Protocol):
+    name: str
+
+    def capabilities(self, options: dict) -> RuntimeCapabilities: ...
+
+    def check_options(self, options: dict) -> None: ...          # ConfigError on bad options
+
+    def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation: ...
+
+    def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed: ...

@@ -1,0 +1,162 @@
+"""command: any agent CLI, from an argv template. Never through a shell.
+
+    runtime_options = {
+        "argv": ["my-agent", "--prompt", "{prompt_file}", "--tools", "{tools}", "--out", "{output_file}"],
+        "network": true,           # default true: agent CLIs talk to a model API
+        "env": {"MY_AGENT_MODEL": "small"},   # non-secret extras; keys come from `secrets`
+        "read_paths": ["/opt/my-agent"],      # extra host paths the CLI must see (abs)
+    }
+
+Placeholders are substituted inside each argv element in one pass (a value that itself contains
+`{workspace}` is not substituted again); the result is passed to exec as a list, so no value is
+ever parsed by a shell. Known placeholders:
+  {prompt_file} {instructions_file} {schema_file} {workspace} {output_file}
+  {tools} (comma-separated) {max_turns} {cost_cap_usd} {walltime_s} {role}
+An unknown `{name}` is a configuration error, so a typo cannot reach the agent as a literal.
+
+What it can honour depends on the template, and `capabilities` says so: it can restrict tools only
+if the template passes `{tools}`, cap turns only with `{max_turns}`, cap cost only with
+`{cost_cap_usd}`. The CLI is then trusted to apply them; the sandbox and the audit are what
+actually bound it. A judge's verdict is read from `{output_file}` (written in place: the path
+is an inherited descriptor, not a writable mount) or else from the last JSON-object line of stdout.
+Turns, cost and session id are not measured (None).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from runstate.errors import ConfigError
+from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
+from sweep.runtimes.classify import classify_text
+
+PLACEHOLDERS = ("prompt_file", "instructions_file", "schema_file", "workspace", "output_file",
+                "tools", "max_turns", "cost_cap_usd", "walltime_s", "role")
+_PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_OPTION_KEYS = {"argv", "network", "env", "read_paths"}
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_ENV = {"PATH", "HOME", "TMPDIR", "LANG", "LD_PRELOAD", "LD_LIBRARY_PATH"}
+
+
+def _template(options: dict) -> list[str]:
+    argv = options.get("argv")
+    return argv if isinstance(argv, list) else []
+
+
+def _uses(options: dict, name: str) -> bool:
+    return any(f"{{{name}}}" in element for element in _template(options) if isinstance(element, str))
+
+
+def substitute(template: list[str], values: dict[str, str]) -> list[str]:
+    """Replace `{name}` inside each element, in a single pass per element (no re-substitution)."""
+    return [_PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], element) for element in template]
+
+
+class CommandRuntime:
+    name = "command"
+
+    def capabilities(self, options: dict) -> RuntimeCapabilities:
+        return RuntimeCapabilities(restricts_tools=_uses(options, "tools"), structured_output=True,
+                                   max_turns=_uses(options, "max_turns"),
+                                   cost_cap=_uses(options, "cost_cap_usd"),
+                                   needs_network=bool(options.get("network", True)))
+
+    def check_options(self, options: dict) -> None:
+        unknown = set(options) - _OPTION_KEYS
+        if unknown:
+            raise ConfigError(f"unknown command runtime option(s) {sorted(unknown)}; known: {sorted(_OPTION_KEYS)}",
+                              field="runtime_options")
+        argv = options.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or not argv[0]:
+            raise ConfigError("runtime_options.argv must be a non-empty list of strings (the CLI and its arguments)",
+                              field="runtime_options.argv")
+        for element in argv:
+            for name in _PLACEHOLDER_RE.findall(element):
+                if name not in PLACEHOLDERS:
+                    raise ConfigError(f"unknown placeholder {{{name}}} in argv; known: "
+                                      + ", ".join("{" + p + "}" for p in PLACEHOLDERS),
+                                      field="runtime_options.argv")
+        if "{" in argv[0]:
+            raise ConfigError("the program (argv[0]) must be literal, not a placeholder", field="runtime_options.argv")
+        if "network" in options and not isinstance(options["network"], bool):
+            raise ConfigError("runtime_options.network must be true or false", field="runtime_options.network")
+        env = options.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise ConfigError("runtime_options.env must map names to strings", field="runtime_options.env")
+        for key in env:
+            if not _ENV_NAME_RE.match(key) or key in _RESERVED_ENV:
+                raise ConfigError(f"runtime_options.env may not set {key!r}", field="runtime_options.env")
+        paths = options.get("read_paths", [])
+        if not isinstance(paths, list) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
+            raise ConfigError("runtime_options.read_paths must be a list of absolute paths",
+                              field="runtime_options.read_paths")
+
+    def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
+        options = req.runtime_options
+        role = req.role
+        if _uses(options, "schema_file") and role.output_schema is None:
+            raise ConfigError("{schema_file} is only available to judges (roles with an output_schema)",
+                              field="runtime_options.argv")
+        values = {
+            "prompt_file": str(files.prompt),
+            "instructions_file": str(files.instructions),
+            "schema_file": str(files.output_schema),
+            "workspace": str(Path(req.workspace).resolve()),
+            "output_file": output_path,
+            "tools": ",".join(role.tools),
+            "max_turns": "" if role.budget.max_turns is None else str(role.budget.max_turns),
+            "cost_cap_usd": "" if role.budget.cost_cap_usd is None else f"{role.budget.cost_cap_usd:g}",
+            "walltime_s": f"{role.budget.walltime_s:g}",
+            "role": role.name,
+        }
+        template = list(options["argv"])
+        read_paths = [files.prompt, files.instructions]
+        if role.output_schema is not None:
+            read_paths.append(files.output_schema)
+        # Files named literally in the template (a script under /tmp, say) must be visible in the sandbox.
+        read_paths += [Path(a) for a in template if a.startswith("/") and os.path.exists(a)]
+        read_paths += [Path(p) for p in options.get("read_paths", [])]
+        return Invocation(argv=substitute(template, values), env=dict(options.get("env", {})),
+                          read_paths=read_paths, network=bool(options.get("network", True)))
+
+    def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
+        output = None
+        output_problem = None
+        if req.role.output_schema is not None:
+            output, output_problem = _read_output(files)
+        if outcome.rc != 0:
+            cls, line = classify_text(outcome.stdout_tail + "\n" + outcome.stderr_tail)
+            tail = (outcome.stderr_tail.strip() or outcome.stdout_tail.strip())[-300:]
+            return Parsed(ok=False, failure_class=cls, reason="exit_status",
+                          evidence=f"{Path(req.runtime_options['argv'][0]).name} exited {outcome.rc}: {line or tail}",
+                          output=output)
+        if output_problem:
+            return Parsed(ok=False, failure_class="failure", reason="bad_output", evidence=output_problem)
+        return Parsed(ok=True, output=output, evidence="command exited 0")
+
+
+def _read_output(files: SessionFiles) -> tuple[object, str | None]:
+    """The judge's output: the output file if written, else the last JSON-object line of stdout."""
+    try:
+        text = files.output.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        text = ""
+    if text:
+        try:
+            return json.loads(text), None
+        except ValueError as exc:
+            return None, f"the output file is not JSON: {exc}"
+    try:
+        lines = files.stdout.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for line in reversed(lines):
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                return json.loads(line), None
+            except ValueError:
+                continue
+    return None, None

@@ -1,0 +1,70 @@
+"""oracle: the deterministic agent. Useful, not a toy: it does each role's job mechanically.
+
+- author: turns the PR into a Harbor task (sweep/harbor/pr_bundle.py), written to `task/` in the
+  workspace; a PR that changes no test file fails with reason `no_test_changes`.
+- reviewer: accepts exactly when the gates in its inputs passed, and emits a verdict in the shape of
+  the shipped reviewer schema (validated by sweep against the role's actual schema).
+- solver: applies the reference solution (`inputs["reference_solution"]`) to `repo/`.
+
+Like every runtime it runs as a separate process (`python -m sweep.runtimes.oracle_agent`) inside
+the role's sandbox and is audited afterwards: the oracle gets no exemption from enforcement.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from runstate.errors import ConfigError
+from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
+
+ORACLE_ROLES = frozenset({"author", "reviewer", "solver"})
+# The directory holding the `sweep`, `roles` and `runstate` packages, for the child's PYTHONPATH.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class OracleRuntime:
+    name = "oracle"
+
+    def capabilities(self, options: dict) -> RuntimeCapabilities:
+        # Deterministic code: it uses no agent tools, takes no turns, costs nothing, needs no network.
+        return RuntimeCapabilities(restricts_tools=True, structured_output=True, max_turns=True,
+                                   cost_cap=True, needs_network=False, roles=ORACLE_ROLES)
+
+    def check_options(self, options: dict) -> None:
+        if options:
+            raise ConfigError(f"the oracle runtime takes no options (got {sorted(options)})",
+                              field="runtime_options")
+
+    def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
+        workspace = Path(req.workspace).resolve()
+        argv = [sys.executable, "-P", "-s", "-m", "sweep.runtimes.oracle_agent", req.role.name,
+                "--inputs", str(files.inputs), "--workspace", str(workspace), "--output", output_path]
+        read_paths = [files.inputs, PROJECT_ROOT, Path(sys.prefix), Path(sys.base_prefix)]
+        inputs = req.inputs or {}
+        source = inputs.get("source")
+        if isinstance(source, dict) and isinstance(source.get("repo"), str) and source["repo"].startswith("/"):
+            read_paths.append(Path(source["repo"]))
+        for key in ("bundle_dir", "reference_solution"):
+            value = inputs.get(key)
+            if isinstance(value, str) and value.startswith("/"):
+                read_paths.append(Path(value))
+        # The child must import sweep from this installation, not from anything in the workspace
+        # (-P keeps the working directory off sys.path).
+        env = {"PYTHONPATH": str(PROJECT_ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+        return Invocation(argv=argv, env=env, read_paths=read_paths, network=False)
+
+    def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
+        try:
+            report = json.loads(files.output.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            report = None
+        if not isinstance(report, dict):
+            tail = (outcome.stderr_tail.strip() or outcome.stdout_tail.strip())[-300:]
+            return Parsed(ok=False, failure_class="failure", reason="oracle_no_report",
+                          evidence=f"oracle exited {outcome.rc} without a report: {tail}")
+        ok = outcome.rc == 0 and report.get("ok") is True
+        return Parsed(ok=ok, failure_class=None if ok else "failure",
+                      reason=None if ok else str(report.get("reason") or "oracle_failed"),
+                      evidence=str(report.get("message") or ""), turns=0, cost_usd=0.0,
+                      session_id=f"oracle-{req.role.name}", output=report.get("verdict"), report=report)

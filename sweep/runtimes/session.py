@@ -1,0 +1,222 @@
+"""run_session: one role session, from RoleSpec to audited, recorded result.
+
+Order of work, and why:
+1. Up-front checks, before anything is written or paid for: the runtime exists and can honour the
+   spec, its options are valid, the manifest on disk still has the recorded sha256, the session
+   directory is outside the workspace (its transcript would otherwise count as a change), every
+   secret is one the role's key family may see and its file is readable.
+2. Records: prompt.md, instructions.md, output_schema.json (judges), inputs.json and argv.json, all
+   0600 in a 0700 directory, none holding a secret value. argv.json is written before launch so a
+   crash mid-session still leaves what was run.
+3. Snapshot the workspace and copy every out-of-scope path aside (the pre-session copy).
+4. Run through the provider: only the scope's bind roots writable (nothing for read-only roles),
+   the key family's variables and the secrets in the environment, the walltime from the budget.
+   Structured output comes back through an inherited descriptor, not a writable mount.
+5. Audit: diff the workspace; out-of-scope changes fail the session and are reverted from the
+   pre-session copy (so they never reach a bundle), whatever happened before. The copy is deleted.
+6. Parse, classify, validate a judge's output against its schema, write result.json atomically.
+A crash between 3 and 5 leaves `pre-session/` in the session directory (and possibly unreverted
+changes in the workspace): a controller resuming must not reuse that workspace without a new audit.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from roles import bind_roots, scope_matches, validate_instance
+from roles.manifests import manifest_sha256
+from runstate.errors import ConfigError
+from runstate.files import make_private_dir, write_atomic
+from sweep.providers import audit
+from sweep.providers.base import ExecResult, ExecSpec
+from sweep.providers.local import read_secret
+from sweep.runtimes.base import Parsed, SessionFiles, SessionRequest, SessionResult
+from sweep.runtimes.classify import classify_text
+
+EVIDENCE_LIMIT = 500
+MAX_LISTED_PATHS = 1000
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    for value in sorted(secrets, key=len, reverse=True):
+        if len(value) >= 4:
+            text = text.replace(value, "[REDACTED]")
+    return text
+
+
+def _short(text: str, secrets: list[str]) -> str:
+    text = _scrub(" ".join(text.split()), secrets)
+    return text if len(text) <= EVIDENCE_LIMIT else text[: EVIDENCE_LIMIT - 15] + "... [truncated]"
+
+
+def _dump(obj: object) -> bytes:
+    return json.dumps(obj, indent=2, sort_keys=True, default=str).encode() + b"\n"
+
+
+def _preflight(req: SessionRequest) -> tuple[Path, Path, list[str]]:
+    from sweep.runtimes import check_runtime_supports, get_runtime
+
+    runtime = get_runtime(req.runtime)
+    options = req.runtime_options or {}
+    runtime.check_options(options)
+    check_runtime_supports(req.role, req.runtime, options)
+    role = req.role
+    if role.source_path and Path(role.source_path).is_file():
+        actual = manifest_sha256(role.source_path)
+        if actual != req.manifest_sha256:
+            raise ConfigError("the manifest changed since it was loaded (its sha256 differs from the one "
+                              "the session would record)", path=role.source_path,
+                              hint="reload the manifest and pass its current manifest_sha256")
+    workspace = Path(req.workspace).resolve()
+    if not workspace.is_dir():
+        raise ConfigError("the session workspace does not exist", path=workspace, field="workspace")
+    session_dir = Path(req.session_dir).resolve()
+    if _is_within(session_dir, workspace) or _is_within(workspace, session_dir):
+        raise ConfigError("the session directory must be outside the workspace (and not contain it)",
+                          path=session_dir, field="session_dir")
+    secrets: list[str] = []
+    for name, path in (req.secrets or {}).items():
+        if name not in role.env_allowlist:
+            raise ConfigError(f"secret {name} is not in the {role.key_family!r} key family of role "
+                              f"{role.name!r} (allowed: {', '.join(role.env_allowlist) or 'none'})",
+                              path=role.source_path, field="key_family")
+        secrets.append(read_secret(name, Path(path)))   # fails now, not after a snapshot
+    try:
+        json.dumps(req.inputs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"session inputs are not JSON-able: {exc}", field="inputs") from None
+    return workspace, session_dir, secrets
+
+
+def run_session(req: SessionRequest, provider) -> SessionResult:
+    """Run one role session through `provider`; see the module docstring for the guarantees."""
+    from sweep.runtimes import get_runtime
+
+    started_wall = time.time()
+    started = time.monotonic()
+    workspace, session_dir, secrets = _preflight(req)
+    runtime = get_runtime(req.runtime)
+    role = req.role
+    scope = list(role.scope)
+
+    make_private_dir(session_dir)
+    files = SessionFiles(session_dir)
+    write_atomic(files.prompt, req.prompt.encode())
+    write_atomic(files.instructions, role.instructions.encode())
+    if role.output_schema is not None:
+        write_atomic(files.output_schema, _dump(role.output_schema))
+    write_atomic(files.inputs, _dump(req.inputs))
+
+    write_roots = []
+    for root in bind_roots(scope):
+        target = workspace / root if root else workspace
+        target.mkdir(parents=True, exist_ok=True)   # a bind target must exist; made before the snapshot
+        write_roots.append(target)
+
+    channel = provider.open_output_channel(files.output)
+    pre_copy = files.pre_session_copy
+    outcome: ExecResult | None = None
+    try:
+        invocation = runtime.build_invocation(req, files, channel.sandbox_path)
+        network = invocation.network
+        write_atomic(files.argv, _dump({
+            "role": role.name, "runtime": req.runtime, "manifest_sha256": req.manifest_sha256,
+            "argv": [_scrub(a, secrets) for a in invocation.argv], "cwd": str(workspace),
+            "write_paths": [str(p) for p in write_roots],
+            "read_paths": [str(p) for p in invocation.read_paths], "network": network,
+            "env_set": sorted(invocation.env), "env_passthrough": list(role.env_allowlist),
+            "secrets": sorted(req.secrets or {}), "isolation": provider.isolation,
+            "walltime_s": role.budget.walltime_s,
+        }))
+        if pre_copy.exists():
+            shutil.rmtree(pre_copy)   # left by a crashed earlier attempt of this session
+        make_private_dir(pre_copy)
+        before = audit.snapshot(workspace, copy_to=pre_copy, copy_if=lambda rel: not scope_matches(rel, scope))
+        try:
+            outcome = provider.run(ExecSpec(
+                argv=invocation.argv, cwd=workspace, timeout_s=role.budget.walltime_s,
+                write_paths=tuple(write_roots), read_paths=(files.prompt, *invocation.read_paths),
+                network=network, env=invocation.env, env_passthrough=role.env_allowlist,
+                secret_env=dict(req.secrets or {}), stdout_path=files.stdout, stderr_path=files.stderr,
+                pass_fds=(channel.fd,)))
+        finally:
+            # The audit runs whatever happened to the run, so nothing out of scope survives it.
+            after = audit.snapshot(workspace)
+            changes = audit.diff(before, after)
+            bad = audit.violations(changes, scope)
+            unrestored = audit.revert(workspace, pre_copy, bad, before) if bad else []
+            shutil.rmtree(pre_copy, ignore_errors=True)
+    finally:
+        provider.close_output_channel(channel)
+
+    try:
+        parsed = runtime.parse(req, files, outcome)
+    except Exception as exc:   # a parser bug must still leave an honest record of the session
+        parsed = Parsed(ok=False, failure_class="failure", reason="runtime_parse_error",
+                        evidence=f"{type(exc).__name__}: {exc}")
+    result = _compose(req, outcome, parsed, bad, unrestored, changes, secrets,
+                      time.monotonic() - started, provider)
+    record = asdict(result)
+    record.update({
+        "role": role.name, "runtime": req.runtime, "rc": outcome.rc, "signal": outcome.signal,
+        "timed_out": outcome.timed_out, "started_at": started_wall, "ended_at": time.time(),
+        "executed_argv": [_scrub(a, secrets) for a in outcome.argv], "env_names": outcome.env_names,
+        "isolation_note": getattr(provider, "isolation_note", ""), "unrestored": unrestored,
+        "transcript": {"stdout": files.stdout.name, "stderr": files.stderr.name},
+    })
+    write_atomic(files.result, _dump(record))
+    return result
+
+
+def _compose(req: SessionRequest, outcome: ExecResult, parsed: Parsed, bad: list, unrestored: list[str],
+             changes: list, secrets: list[str], duration_s: float, provider) -> SessionResult:
+    role = req.role
+    structured = None
+    turns, cost, session_id = parsed.turns, parsed.cost_usd, parsed.session_id
+    if outcome.launch_error:
+        status, cls, reason, evidence = "failed", "config", "launch_error", outcome.launch_error
+    elif outcome.timed_out:
+        text_class, line = classify_text(outcome.stdout_tail + "\n" + outcome.stderr_tail)
+        status, reason = "timeout", "walltime"
+        cls = "outage" if text_class == "outage" else "failure"
+        evidence = f"walltime of {role.budget.walltime_s:g}s exceeded; the process group was killed"
+        if line:
+            evidence += f" (last sign: {line})"
+    elif not parsed.ok:
+        status, cls = "failed", parsed.failure_class or "failure"
+        reason, evidence = parsed.reason or "failed", parsed.evidence
+    else:
+        status, cls, reason, evidence = "ok", None, None, parsed.evidence
+        if role.output_schema is not None:
+            output = parsed.output
+            problems = (["no structured output"] if output is None else
+                        ["structured output is not an object"] if not isinstance(output, dict) else
+                        validate_instance(output, role.output_schema))
+            if problems:
+                status, cls = "failed", "failure"
+                reason = "no_structured_output" if output is None else "schema_mismatch"
+                evidence = "the judge's output does not match its output_schema: " + "; ".join(problems[:5])
+            else:
+                structured = output
+    violations = [c.path for c in bad]
+    if violations:
+        status, cls, reason = "audit_failed", "failure", "out_of_scope_write"
+        shown = ", ".join(violations[:5]) + (f" and {len(violations) - 5} more" if len(violations) > 5 else "")
+        what = "changed the workspace but is read-only" if not role.scope else "changed paths outside its scope"
+        evidence = f"role {role.name!r} {what}: {shown}; " + (
+            f"could not revert {len(unrestored)} path(s)" if unrestored else "all reverted")
+        structured = None
+    allowed = [c.path for c in changes if c not in bad][:MAX_LISTED_PATHS]
+    return SessionResult(status=status, failure_class=cls, evidence=_short(evidence or "", secrets),
+                         turns=turns, cost_usd=cost, session_id=session_id, structured_output=structured,
+                         audit_violations=violations[:MAX_LISTED_PATHS], duration_s=round(duration_s, 3),
+                         reason=reason, report=parsed.report,
+                         changed_paths=allowed, manifest_sha256=req.manifest_sha256,
+                         isolation=getattr(provider, "isolation", ""))

@@ -6,3 +6,8 @@ from pathlib import Path
 
 def frozen_controller_command(campaign_dir: Path) -> list[str] | None:
     return None
+
+
+def check_runtime(campaign_dir: Path) -> str | None:
+    """The frozen runtime's sha256, after checking this process runs it; None when none is frozen."""
+    return None

@@ -90,7 +90,9 @@ def show(run_id: str, campaign: str | None, as_json: bool) -> None:
     click.echo("events:")
     for e in events:
         when = datetime.datetime.fromtimestamp(e.ts).isoformat(timespec="seconds")
-        click.echo(f"  {when}  {e.kind:<14} {e.detail or ''}")
+        detail = " ".join((e.detail or "").split())
+        phase = f"[{e.phase}] " if e.phase else ""
+        click.echo(f"  {when}  {e.kind:<16} {phase}{detail[:200]}")
     if skipped:
         click.echo(f"  ({skipped} unreadable event lines skipped)")
     next_step(f"sweep status --campaign {d}")

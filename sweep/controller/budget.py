@@ -1,0 +1,72 @@
+"""A run's spending, inside its own allocation (design section 6).
+
+The tick grants each admitted run an allocation (record.allocation_usd, never more than the
+campaign has left). The controller reserves before every paid operation and settles after, in the
+run's own spend.json, so no cross-node lock is needed: the campaign can only exceed its cap by the
+recorded overrun of a single operation. An operation whose outcome is uncertain (the controller was
+killed during it) stays reserved, and an actual cost above its reservation stops further paid work.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from runstate.files import read_model, write_model_atomic
+from runstate.models import SpendEntry, SpendLedger
+
+SPEND_FILE = "spend.json"
+EPS = 1e-9
+
+
+class Budget:
+    def __init__(self, rdir: Path, run_id: str, allocation_usd: float | None):
+        self.path = Path(rdir) / SPEND_FILE
+        self.allocation = allocation_usd
+        loaded = read_model(self.path, SpendLedger)
+        self.ledger = loaded.value or SpendLedger(run_id=run_id)
+
+    def _save(self) -> None:
+        write_model_atomic(self.path, self.ledger)
+
+    @property
+    def committed(self) -> float:
+        return self.ledger.committed_usd
+
+    def mark_uncertain(self) -> list[str]:
+        """Reservations a killed controller left open: their outcome is unknown, so they stay
+        counted (at the reserved amount) and are never silently relaunched under the same id."""
+        open_ops = [e.op_id for e in self.ledger.entries if e.status == "reserved"]
+        if open_ops:
+            self.ledger = self.ledger.model_copy(update={"entries": [
+                e.model_copy(update={"status": "uncertain"}) if e.status == "reserved" else e
+                for e in self.ledger.entries]})
+            self._save()
+        return open_ops
+
+    def can_spend(self, amount: float) -> tuple[bool, str]:
+        if self.ledger.overrun:
+            return False, "an earlier operation cost more than its reservation"
+        if self.allocation is not None and self.committed + amount > self.allocation + EPS:
+            return False, (f"allocation {self.allocation:.2f} USD, committed {self.committed:.2f}, "
+                           f"next operation reserves {amount:.2f}")
+        return True, ""
+
+    def reserve(self, op_id: str, what: str, amount: float) -> None:
+        entry = SpendEntry(op_id=op_id, what=what, reserved_usd=amount, at=time.time())
+        self.ledger = self.ledger.model_copy(update={"entries": [*self.ledger.entries, entry]})
+        self._save()
+
+    def settle(self, op_id: str, actual: float | None) -> None:
+        entries = []
+        overrun = self.ledger.overrun
+        for e in self.ledger.entries:
+            if e.op_id == op_id and e.status == "reserved":
+                cost = e.reserved_usd if actual is None else actual
+                overrun = overrun or cost > e.reserved_usd + EPS
+                e = e.model_copy(update={"status": "settled", "actual_usd": cost})
+            entries.append(e)
+        self.ledger = self.ledger.model_copy(update={"entries": entries, "overrun": overrun})
+        self._save()
+
+    def next_op_number(self) -> int:
+        return len(self.ledger.entries) + 1

@@ -1,0 +1,173 @@
+"""Intake: freeze the PR evidence into source.json (with its sha256).
+
+Two sources: a local git repository with base and head refs, or a GitHub pull request through the
+REST API (base URL configurable, token from a file or the environment) followed by a git fetch of
+the PR's head. Nothing from the PR reaches a shell: git is run with argv lists, refs are validated,
+and the token is passed in a header, never on a command line or into any file.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from runstate.files import make_private_dir, read_bytes, write_atomic
+from sweep.models.plan import GITHUB_PR_RE, FrozenCandidate
+
+SOURCE_FILE = "source.json"
+GIT_TIMEOUT_S = 300
+API_TIMEOUT_S = 60
+
+
+class IntakeFailed(Exception):
+    """The PR cannot be taken in (missing repo, unknown ref, 404): the run ends blocked."""
+
+
+class IntakeTransient(Exception):
+    """A network or server problem: an ordinary failed attempt, worth retrying later."""
+
+
+@dataclass
+class GithubSettings:
+    api_url: str = "https://api.github.com"
+    token_file: str | None = None
+
+    @classmethod
+    def from_env(cls) -> "GithubSettings":
+        return cls(api_url=os.environ.get("SWEEP_GITHUB_API", cls.api_url).rstrip("/"),
+                   token_file=os.environ.get("SWEEP_GITHUB_TOKEN_FILE"))
+
+    def token(self) -> str | None:
+        if self.token_file:
+            try:
+                return Path(self.token_file).read_text().strip() or None
+            except OSError as exc:
+                raise IntakeFailed(f"cannot read the GitHub token file {self.token_file}: {exc.strerror}")
+        return os.environ.get("GITHUB_TOKEN") or None
+
+
+def _git(*args: str, cwd: Path | None = None) -> str:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_TERMINAL_PROMPT": "0",
+           "HOME": os.environ.get("HOME", "/tmp"), "LC_ALL": "C"}
+    try:
+        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                           timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
+    except subprocess.TimeoutExpired:
+        raise IntakeTransient(f"git {args[0]} timed out after {GIT_TIMEOUT_S}s") from None
+    if r.returncode != 0:
+        raise IntakeFailed(f"git {args[0]} failed: {r.stderr.strip()[-400:]}")
+    return r.stdout
+
+
+def evidence_sha256(evidence: dict) -> str:
+    body = {k: v for k, v in evidence.items() if k != "evidence_sha256"}
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def load_source(rdir: Path) -> dict | None:
+    """A frozen source.json whose checksum holds, else None (a torn or edited file is redone)."""
+    raw = read_bytes(Path(rdir) / SOURCE_FILE)
+    if not raw:
+        return None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or data.get("evidence_sha256") != evidence_sha256(data):
+        return None
+    return data
+
+
+def take_in(rdir: Path, fc: FrozenCandidate, github: GithubSettings | None = None) -> dict:
+    existing = load_source(rdir)
+    if existing is not None:
+        return existing
+    cand = fc.candidate
+    if cand.url:
+        evidence = _from_github(rdir, cand.url, github or GithubSettings.from_env())
+    else:
+        evidence = _from_local(cand.repo, cand.base, cand.head, cand.title, cand.body)
+    evidence["test_command"] = cand.options.test_command
+    evidence["pr_key"] = fc.pr_key
+    evidence["frozen_at"] = time.time()
+    evidence["evidence_sha256"] = evidence_sha256(evidence)
+    write_atomic(Path(rdir) / SOURCE_FILE, orjson.dumps(evidence, option=orjson.OPT_INDENT_2))
+    return evidence
+
+
+def _resolve(repo: Path, ref: str) -> str:
+    return _git("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}", cwd=repo).strip()
+
+
+def _from_local(repo: str, base: str, head: str, title: str | None, body: str | None) -> dict:
+    path = Path(repo)
+    if not (path / ".git").exists() and not (path / "HEAD").exists():
+        raise IntakeFailed(f"{repo} is not a git repository")
+    base_sha, head_sha = _resolve(path, base), _resolve(path, head)
+    if title is None:
+        title = _git("log", "-1", "--format=%s", head_sha, cwd=path).strip()
+    if body is None:
+        body = _git("log", "-1", "--format=%b", head_sha, cwd=path).strip()
+    files = [f for f in _git("diff", "--name-only", "-z", base_sha, head_sha, cwd=path).split("\0") if f]
+    return {"kind": "git", "url": None, "repo": str(path), "base": base_sha, "head": head_sha,
+            "base_ref": base, "head_ref": head, "title": title, "body": body, "changed_files": files}
+
+
+def _api_get(settings: GithubSettings, path: str) -> dict | list:
+    req = urllib.request.Request(settings.api_url + path, headers={
+        "Accept": "application/vnd.github+json", "User-Agent": "sweep",
+        "X-GitHub-Api-Version": "2022-11-28"})
+    token = settings.token()
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=API_TIMEOUT_S) as resp:
+            return orjson.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 410, 422):
+            raise IntakeFailed(f"GitHub API {path}: HTTP {exc.code}") from None
+        raise IntakeTransient(f"GitHub API {path}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise IntakeTransient(f"GitHub API {path}: {exc}") from None
+    except orjson.JSONDecodeError:
+        raise IntakeTransient(f"GitHub API {path}: answer is not JSON") from None
+
+
+def _from_github(rdir: Path, url: str, settings: GithubSettings) -> dict:
+    owner, repo, number = GITHUB_PR_RE.match(url).groups()
+    pr = _api_get(settings, f"/repos/{owner}/{repo}/pulls/{number}")
+    if not isinstance(pr, dict):
+        raise IntakeFailed("GitHub API: pull request answer is not an object")
+    try:
+        base_sha, head_sha = pr["base"]["sha"], pr["head"]["sha"]
+        clone_url = pr["base"]["repo"]["clone_url"]
+    except (KeyError, TypeError):
+        raise IntakeFailed("GitHub API: pull request answer lacks base/head sha or clone_url") from None
+    for sha in (base_sha, head_sha):
+        if not (isinstance(sha, str) and len(sha) in (40, 64) and all(c in "0123456789abcdef" for c in sha)):
+            raise IntakeFailed(f"GitHub API: {sha!r} is not a commit sha")
+    if not (isinstance(clone_url, str) and clone_url.startswith(("https://", "http://"))):
+        raise IntakeFailed(f"GitHub API: clone_url {clone_url!r} is not an http(s) URL")
+    files = _api_get(settings, f"/repos/{owner}/{repo}/pulls/{number}/files?per_page=100")
+    dest = Path(rdir) / "source" / "repo"
+    if not (dest / ".git").exists():
+        make_private_dir(dest.parent)
+        if dest.exists():
+            import shutil
+            shutil.rmtree(dest)
+        _git("clone", "--quiet", "--no-checkout", "--end-of-options", clone_url, str(dest))
+    _git("fetch", "--quiet", "origin", f"+refs/pull/{number}/head:refs/sweep/pr-head", cwd=dest)
+    for sha in (base_sha, head_sha):
+        _resolve(dest, sha)     # both commits must now be present locally
+    return {"kind": "github", "url": url, "repo": str(dest), "base": base_sha, "head": head_sha,
+            "base_ref": pr.get("base", {}).get("ref"), "head_ref": pr.get("head", {}).get("ref"),
+            "title": pr.get("title") or "", "body": pr.get("body") or "",
+            "changed_files": [f.get("filename") for f in files if isinstance(f, dict)]
+            if isinstance(files, list) else []}

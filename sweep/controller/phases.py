@@ -1,0 +1,336 @@
+"""The six phases. Each returns (next phase, summary for the checkpoint) or raises
+Ending / Park / AttemptFailed (see pipeline.py for what each does to the record).
+
+Paid work (every role session) is reserved in spend.json before it starts and settled after.
+Every task bundle the author produces is kept: the current one is `task/`, each earlier one moves
+to `revisions/NNNN/`, and all evidence (gates, verdicts, rewards) names the bundle's sha256.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from runstate.files import make_private_dir, read_bytes
+from runstate.models import Outcome, Phase
+from sweep.controller.pipeline import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success,
+                                       fresh_dir, write_json)
+
+TRIAL_TIMEOUT_S = 900
+
+
+# ---- shared helpers ---------------------------------------------------------------------------
+
+def _options(ctx: Ctx):
+    return ctx.candidate.candidate.options
+
+
+def _provider(ctx: Ctx):
+    from sweep.providers import get_provider
+    return get_provider(_options(ctx).provider)
+
+
+def _roles(ctx: Ctx) -> dict:
+    if "roles" not in ctx.extra:
+        from roles import load_roles_dir, manifest_sha256
+        specs = load_roles_dir(ctx.campaign_dir / "roles")
+        shas = {name: manifest_sha256(ctx.campaign_dir / "roles" / f"{name}.toml") for name in specs}
+        ctx.extra["roles"] = (specs, shas)
+    return ctx.extra["roles"]
+
+
+def _source(ctx: Ctx) -> dict:
+    from sweep.controller.intake import load_source
+    src = load_source(ctx.rdir)
+    if src is None:
+        raise AttemptFailed("source.json is missing or fails its checksum; intake will run again")
+    return src
+
+
+def _session_dir(ctx: Ctx, role: str) -> Path:
+    root = make_private_dir(ctx.rdir / "sessions")
+    n = sum(1 for p in root.iterdir() if p.is_dir()) + 1
+    return make_private_dir(root / f"{n:04d}-{role}")
+
+
+def _git_export(repo: str, commit: str, dest: Path) -> None:
+    """The tree of `commit` into `dest` (argv only; nothing from the PR reaches a shell)."""
+    make_private_dir(dest)
+    archive = subprocess.run(["git", "-C", repo, "archive", "--format=tar", commit],
+                             capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
+    if archive.returncode != 0:
+        raise AttemptFailed(f"git archive failed: {archive.stderr.decode(errors='replace')[-300:]}")
+    subprocess.run(["tar", "-x", "-f", "-", "-C", str(dest)], input=archive.stdout, check=True,
+                   capture_output=True, timeout=600)
+
+
+def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
+             reserve: float | None = None):
+    """Reserve, run one role session, settle; classify failures into park / attempt."""
+    from sweep.runtimes import SessionRequest, run_session
+    specs, shas = _roles(ctx)
+    if role not in specs:
+        raise Ending(Outcome.blocked, "construction_failed", f"no manifest for role {role} in roles/")
+    opts = _options(ctx)
+    runtime = getattr(opts.runtimes, role)
+    amount = opts.worker_reservation_usd if reserve is None else reserve
+    ok, why = ctx.budget.can_spend(amount)
+    if not ok:
+        raise Ending(Outcome.generated_unverified if (ctx.rdir / "task").exists() else Outcome.blocked,
+                     "budget_exhausted", why)
+    session_dir = _session_dir(ctx, role)
+    op_id = session_dir.name
+    ctx.budget.reserve(op_id, f"{role} session ({runtime})", amount)
+    ctx.event("session_started", phase=ctx.record.phase.value, detail=f"{op_id} runtime {runtime}")
+    req = SessionRequest(role=specs[role], manifest_sha256=shas[role], runtime=runtime,
+                         runtime_options={}, workspace=workspace, session_dir=session_dir,
+                         prompt=prompt, inputs=inputs)
+    result = run_session(req, _provider(ctx))
+    ctx.budget.settle(op_id, result.cost_usd if result.cost_usd is not None else 0.0)
+    ctx.event("session_done", phase=ctx.record.phase.value,
+              detail=f"{op_id}: {result.status}" + (f" ({result.failure_class}: {result.reason or ''} "
+                                                   f"{result.evidence[:200]})" if not result.ok else ""))
+    if result.ok:
+        clear_cooldown_after_success(ctx, role)
+        return result
+    if result.failure_class in ("outage", "throttle"):
+        raise Park(role, result.failure_class, result.evidence or result.reason or result.status)
+    if result.failure_class == "config":
+        # a bad key or billing problem stops the whole role until a human fixes it: the cooldown
+        # shows in `sweep status`, and the canary after it tells whether the fix worked
+        raise Park(role, "outage", f"configuration error (key family {specs[role].key_family}): "
+                                   f"{result.evidence or result.reason}")
+    return result
+
+
+# ---- phases -----------------------------------------------------------------------------------
+
+def intake(ctx: Ctx):
+    from sweep.controller.intake import IntakeFailed, IntakeTransient, take_in
+    prior = {p.strip().lower() for p in ctx.campaign.settings.prior_verified}
+    fc = ctx.candidate
+    if fc.pr_key.lower() in prior or (fc.candidate.url or "").lower() in prior or fc.run_id in prior:
+        raise Ending(Outcome.blocked, "duplicate", f"{fc.pr_key} is in the plan's prior_verified")
+    try:
+        src = take_in(ctx.rdir, fc)
+    except IntakeFailed as exc:
+        raise Ending(Outcome.blocked, "intake_failed", str(exc)) from None
+    except IntakeTransient as exc:
+        raise AttemptFailed(f"intake: {exc}") from None
+    return Phase.author, {"base": src["base"], "head": src["head"], "evidence_sha256": src["evidence_sha256"],
+                          "changed_files": len(src.get("changed_files") or [])}
+
+
+def author(ctx: Ctx):
+    from sweep.harbor.bundle import bundle_sha256, validate_bundle
+    src = _source(ctx)
+    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0) + 1
+    findings = ctx.record.checkpoints.get("repair", {}).get("findings", [])
+    workspace = fresh_dir(ctx.rdir / "work" / f"author-r{revision:04d}")
+    _git_export(src["repo"], src["base"], workspace / "repo")
+    make_private_dir(workspace / "task")
+    prompt = _author_prompt(src, findings)
+    runtime_source = {"kind": "git", "repo": src["repo"], "base": src["base"], "head": src["head"],
+                      "title": src["title"], "body": src["body"],
+                      "test_command": src.get("test_command") or "python3 -m unittest -q"}
+    result = _session(ctx, "author", workspace, prompt, {"source": runtime_source, "findings": findings,
+                                                        "revision": revision})
+    if not result.ok:
+        if result.reason in ("no_test_changes", "no_tests", "no_source_changes", "refused"):
+            raise Ending(Outcome.blocked, "construction_failed", result.evidence or result.reason)
+        raise AttemptFailed(f"author session {result.status}: {result.reason or ''} {result.evidence[:300]}")
+    problems = validate_bundle(workspace / "task")
+    if problems:
+        return _repair_or_end(ctx, "author", [f"bundle invalid: {p}" for p in problems[:10]],
+                              no_bundle=not (ctx.rdir / "task").exists())
+    new_sha = bundle_sha256(workspace / "task")
+    failed_before = _failed_gates_for(ctx, new_sha)
+    if failed_before:
+        # a repair that changes nothing cannot pass: re-running the gates would only re-roll a
+        # flaky test until it passes by chance, which is exactly what the gates must not allow
+        raise Ending(Outcome.generated_unverified, "gates_failed",
+                     f"the author produced bundle {new_sha[:12]} again, which already failed the gates "
+                     f"({failed_before})")
+    _install_bundle(ctx, workspace / "task")
+    return Phase.gates, {"revision": revision, "bundle_sha256": new_sha}
+
+
+def _failed_gates_for(ctx: Ctx, sha: str) -> str | None:
+    import orjson
+    for path in sorted((ctx.rdir / "evidence").glob("gates-r*.json")):
+        try:
+            ev = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if ev.get("bundle_sha256") == sha and ev.get("passed") is False:
+            failed = [name for name, g in ev.get("gates", {}).items() if not g.get("ok")]
+            return f"revision {ev.get('revision')}: {', '.join(failed)} failed"
+    return None
+
+
+def _author_prompt(src: dict, findings: list[str]) -> str:
+    text = ["# Pull request", "", f"Title: {src['title']}", "", "Body:", src["body"] or "(empty)", "",
+            f"Base commit: {src['base']}", f"Head commit: {src['head']}", "",
+            "Changed files:", *[f"- {f}" for f in (src.get("changed_files") or [])[:200]]]
+    if findings:
+        text += ["", "# Repair: the previous bundle fell short", *[f"- {f}" for f in findings]]
+    return "\n".join(text) + "\n"
+
+
+def _install_bundle(ctx: Ctx, new_bundle: Path) -> None:
+    """task/ <- new bundle; the previous task/ moves to revisions/NNNN/ (every revision is kept).
+
+    Order matters for crashes: the new bundle is first copied next to task/, then the old task/ is
+    renamed into revisions/, then the copy is renamed to task/. A crash leaves either the old
+    task/ or a revision plus a staged copy, and the author phase (not yet checkpointed) reruns.
+    """
+    staged = ctx.rdir / ".task.staged"
+    if staged.exists():
+        shutil.rmtree(staged)
+    shutil.copytree(new_bundle, staged, symlinks=True)
+    task = ctx.rdir / "task"
+    if task.exists():
+        revisions = make_private_dir(ctx.rdir / "revisions")
+        n = sum(1 for _ in revisions.iterdir()) + 1
+        os.rename(task, revisions / f"{n:04d}")
+    os.rename(staged, task)
+
+
+def _repair_or_end(ctx: Ctx, where: str, findings: list[str], *, no_bundle: bool = False):
+    quality = _options(ctx).quality
+    repairs = ctx.record.checkpoints.get("repair", {}).get("count", 0)
+    if quality.repair and repairs < quality.max_repairs:
+        ctx.event("repair", phase=ctx.record.phase.value,
+                  detail=f"repair {repairs + 1}/{quality.max_repairs} after {where}: " + "; ".join(findings)[:300])
+        checkpoints = {k: v for k, v in ctx.record.checkpoints.items() if k not in ("gates", "review", "solve")}
+        checkpoints["repair"] = {"count": repairs + 1, "findings": findings, "after": where, "at": time.time()}
+        ctx.save(checkpoints=checkpoints)
+        return Phase.author, {"repair": repairs + 1, "after": where}
+    if no_bundle:
+        raise Ending(Outcome.blocked, "construction_failed", f"{where}: " + "; ".join(findings)[:500])
+    raise Ending(Outcome.generated_unverified, f"{where}_failed", "; ".join(findings)[:500])
+
+
+def gates(ctx: Ctx):
+    from sweep.harbor.bundle import bundle_sha256, validate_bundle
+    from sweep.harbor.trial import run_trial
+    bundle = ctx.rdir / "task"
+    sha = bundle_sha256(bundle)
+    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
+    repeats = _options(ctx).quality.gate_repeats
+    problems = validate_bundle(bundle)
+    results: dict = {"valid": {"ok": not problems, "detail": "; ".join(problems[:5])}}
+    if not problems:
+        provider = _provider(ctx)
+        rewards = {"reference": [], "empty": []}
+        details = {"reference": [], "empty": []}
+        for i in range(repeats):
+            for kind in ("reference", "empty"):
+                work = fresh_dir(ctx.rdir / "work" / f"gates-r{revision:04d}-{kind}-{i}")
+                trial = run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S)
+                rewards[kind].append(trial.reward)
+                details[kind].append(trial.detail)
+                shutil.rmtree(work, ignore_errors=True)
+        results["reference"] = {"ok": all(r == 1.0 for r in rewards["reference"]),
+                                "rewards": rewards["reference"], "detail": "; ".join(d for d in details["reference"] if d)[:300]}
+        results["empty"] = {"ok": all(r == 0.0 for r in rewards["empty"]),
+                            "rewards": rewards["empty"], "detail": "; ".join(d for d in details["empty"] if d)[:300]}
+        results["repeat"] = {"ok": len(set(rewards["reference"])) == 1 and len(set(rewards["empty"])) == 1,
+                             "detail": "same result on every repeat" if len(set(rewards["reference"])) == 1
+                             and len(set(rewards["empty"])) == 1 else "results differ between repeats: flaky"}
+    passed = all(r["ok"] for r in results.values())
+    evidence = {"bundle_sha256": sha, "revision": revision, "repeats": repeats, "passed": passed,
+                "gates": results, "environment_fidelity": "host", "at": time.time()}
+    write_json(make_private_dir(ctx.rdir / "evidence") / f"gates-r{revision:04d}.json", evidence)
+    if not passed:
+        failed = [f"gate {name}: {r.get('detail') or r.get('rewards')}" for name, r in results.items() if not r["ok"]]
+        return _repair_or_end(ctx, "gates", failed)
+    return Phase.review, {"passed": True, "bundle_sha256": sha, "revision": revision}
+
+
+def review(ctx: Ctx):
+    from sweep.harbor.bundle import bundle_sha256
+    bundle = ctx.rdir / "task"
+    sha = bundle_sha256(bundle)
+    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
+    gates_cp = ctx.record.checkpoints.get("gates", {})
+    gates_file = ctx.rdir / "evidence" / f"gates-r{revision:04d}.json"
+    import orjson
+    gates_evidence = orjson.loads(read_bytes(gates_file) or b"{}")
+    workspace = fresh_dir(ctx.rdir / "work" / f"review-r{revision:04d}")
+    shutil.copytree(bundle, workspace / "task", symlinks=True)
+    prompt = ("# Review this task bundle\n\nThe bundle is in `task/`. The controller's gate results:\n\n"
+              + orjson.dumps(gates_evidence.get("gates", {}), option=orjson.OPT_INDENT_2).decode() + "\n")
+    result = _session(ctx, "reviewer", workspace, prompt,
+                      {"gates": gates_evidence.get("gates", {}), "bundle_dir": str(workspace / "task"),
+                       "bundle_sha256": sha})
+    if not result.ok:
+        raise AttemptFailed(f"reviewer session {result.status}: {result.reason or ''} {result.evidence[:300]}")
+    verdict = result.structured_output or {}
+    decision = verdict.get("verdict")
+    findings = [str(f) for f in verdict.get("findings", [])][:20]
+    write_json(make_private_dir(ctx.rdir / "evidence") / f"review-r{revision:04d}.json",
+               {"bundle_sha256": sha, "gates_bundle_sha256": gates_cp.get("bundle_sha256"),
+                "verdict": verdict, "at": time.time()})
+    if decision == "accept":
+        nxt = Phase.solve if _options(ctx).quality.run_rollout and _options(ctx).quality.rollouts > 0 else Phase.evaluate
+        return nxt, {"verdict": "accept", "bundle_sha256": sha, "revision": revision}
+    if decision == "revise":
+        return _repair_or_end(ctx, "review", findings or [verdict.get("rationale", "reviewer asked for a revision")])
+    if decision == "reject":
+        raise Ending(Outcome.generated_unverified, "review_rejected",
+                     "; ".join(findings)[:500] or str(verdict.get("rationale", ""))[:500])
+    raise AttemptFailed(f"reviewer verdict {decision!r} is not accept/revise/reject")
+
+
+def solve(ctx: Ctx):
+    from sweep.harbor.bundle import bundle_sha256
+    from sweep.harbor.trial import run_trial
+    bundle = ctx.rdir / "task"
+    sha = bundle_sha256(bundle)
+    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
+    opts = _options(ctx)
+    instruction = (bundle / "instruction.md").read_text(errors="replace")
+    rewards = []
+    for k in range(opts.quality.rollouts):
+        workspace = fresh_dir(ctx.rdir / "work" / f"solve-r{revision:04d}-{k}")
+        shutil.copytree(bundle / "environment" / "repo", workspace / "repo", symlinks=True)
+        # blind: the solver sees the instruction and the starting repository, never the tests or
+        # the reference solution (the oracle control is the one exception: it IS the reference)
+        inputs = {"reference_solution": str(bundle / "solution")} if opts.runtimes.solver == "oracle" else {}
+        result = _session(ctx, "solver", workspace, instruction, inputs)
+        if not result.ok:
+            rewards.append({"rollout": k, "reward": None, "session": result.status,
+                            "detail": (result.reason or result.evidence)[:200]})
+            continue
+        trial_dir = fresh_dir(ctx.rdir / "work" / f"solve-r{revision:04d}-{k}-trial")
+        trial = run_trial(bundle, workspace / "repo", provider=_provider(ctx), workdir=trial_dir,
+                          timeout_s=TRIAL_TIMEOUT_S)
+        shutil.rmtree(trial_dir, ignore_errors=True)
+        rewards.append({"rollout": k, "reward": trial.reward, "session": "ok", "detail": trial.detail[:200]})
+    write_json(make_private_dir(ctx.rdir / "evidence") / f"solve-r{revision:04d}.json",
+               {"bundle_sha256": sha, "runtime": opts.runtimes.solver, "rollouts": rewards, "at": time.time()})
+    return Phase.evaluate, {"bundle_sha256": sha, "rewards": [r["reward"] for r in rewards]}
+
+
+def evaluate(ctx: Ctx):
+    from sweep.harbor.bundle import bundle_sha256
+    cps = ctx.record.checkpoints
+    bundle = ctx.rdir / "task"
+    if not bundle.exists():
+        raise Ending(Outcome.blocked, "construction_failed", "no task bundle was produced")
+    sha = bundle_sha256(bundle)
+    gates_ok = cps.get("gates", {}).get("passed") is True and cps["gates"].get("bundle_sha256") == sha
+    review_ok = cps.get("review", {}).get("verdict") == "accept" and cps["review"].get("bundle_sha256") == sha
+    solve_sha = cps.get("solve", {}).get("bundle_sha256")
+    if gates_ok and review_ok and solve_sha in (None, sha):
+        raise Ending(Outcome.verified, None, f"gates passed and review accepted for bundle {sha[:12]}")
+    missing = [name for name, ok in (("gates", gates_ok), ("review", review_ok)) if not ok]
+    raise Ending(Outcome.generated_unverified, "evidence_incomplete",
+                 f"{', '.join(missing)} not passed for the current bundle {sha[:12]}")
+
+
+RUNNERS = {Phase.intake: intake, Phase.author: author, Phase.gates: gates, Phase.review: review,
+           Phase.solve: solve, Phase.evaluate: evaluate}

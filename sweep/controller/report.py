@@ -1,0 +1,31 @@
+"""report.md: what happened to one run, for a human, written at its ending."""
+from __future__ import annotations
+
+import time
+
+from runstate.files import write_atomic
+
+
+def write_report(ctx, rec, detail: str) -> None:
+    cps = rec.checkpoints
+    lines = [f"# {rec.run_id}: {rec.outcome.value}" + (f" ({rec.reason})" if rec.reason else ""), ""]
+    if detail:
+        lines += [detail, ""]
+    src = cps.get("intake", {})
+    if src:
+        lines += ["## Source", f"- base `{src.get('base')}`, head `{src.get('head')}`",
+                  f"- evidence sha256 `{src.get('evidence_sha256')}`", ""]
+    lines += ["## Phases"]
+    for name in ("intake", "author", "gates", "review", "solve", "evaluate"):
+        if name in cps:
+            summary = {k: v for k, v in cps[name].items() if k != "at"}
+            lines.append(f"- **{name}**: {summary}")
+    if "repair" in cps:
+        lines.append(f"- repairs: {cps['repair'].get('count')} (last after {cps['repair'].get('after')})")
+    lines += ["", "## Spend", f"- committed {rec.spent_usd:.4f} USD of allocation "
+              f"{'unlimited' if rec.allocation_usd is None else f'{rec.allocation_usd:.2f} USD'}",
+              "", f"Attempts: {rec.attempts + 1} of at most {rec.max_attempts}. "
+              f"Written {time.strftime('%Y-%m-%d %H:%M:%S')} by job {rec.job_id}.", "",
+              "Evidence files: `evidence/`; task bundle: `task/`; earlier revisions: `revisions/`; "
+              "sessions: `sessions/`.", ""]
+    write_atomic(ctx.rdir / "report.md", "\n".join(lines).encode())

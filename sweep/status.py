@@ -145,9 +145,12 @@ def render_status(st: dict[str, Any], limit: int = 20) -> str:
             out.append(f"  {e['run_id']:<40} {e['error'][:160]}")
     for run_id, why in list(st["corrupt"].items())[:limit]:
         out.append(f"corrupt: {run_id}: {why}")
-    blocked = [e for e in st["ended"] if e["outcome"] == "blocked"]
-    if blocked:
-        out.append("blocked:")
-        for e in blocked[:limit]:
-            out.append(f"  {e['run_id']:<40} {e['reason']}")
+    for outcome in ("generated_unverified", "blocked"):
+        ended = [e for e in st["ended"] if e["outcome"] == outcome]
+        if ended:
+            out.append(f"{outcome}:")
+            for e in ended[:limit]:
+                out.append(f"  {e['run_id']:<40} {e['reason'] or ''}")
+            if len(ended) > limit:
+                out.append(f"  ... and {len(ended) - limit} more")
     return "\n".join(out)

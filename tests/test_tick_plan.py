@@ -139,7 +139,7 @@ def test_unknown_queue_judges_nothing_dead_and_leases_by_ttl_only(case):
     snap, cfg = case
     actions = plan_tick(snap, cfg)
     if not snap.queue_known:
-        assert not [a for a in actions if isinstance(a, (Requeue, Adopt))]
+        assert not [a for a in actions if isinstance(a, (Requeue, Adopt, Admit, SetHold))]
         assert not [a for a in actions if isinstance(a, EndRun) and a.reason == "max_attempted"]
         for a in actions:
             if isinstance(a, ReapLease):

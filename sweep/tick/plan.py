@@ -5,6 +5,7 @@ snapshots (tests/test_tick_plan.py) without files or Slurm:
 - reconcile: an active run whose job is gone from a KNOWN queue goes back to queued at its phase
   with attempts+1 (or ends blocked:max_attempted at the limit); with the queue UNKNOWN nothing is
   judged dead and leases are judged by TTL only;
+- with the queue UNKNOWN nothing is admitted either: the tick changes nothing but TTL reaping;
 - reap stale leases (a lease whose holder job is alive is never reaped);
 - adopt a submission whose tick died between sbatch and writing the record (matched by token);
 - admission: nothing while draining; active controllers <= max_parallel, GPU ones <=
@@ -256,6 +257,10 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
 def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_active: int,
            verified: int, canaries_active: dict[str, int], committed: float) -> list[Action]:
     out: list[Action] = []
+    if not snap.queue_known:
+        # the scheduler cannot be asked: admitting now would only meet the same failure in sbatch,
+        # and nothing about the queue is known, so this tick changes nothing it does not have to
+        return out
     queued = sorted((v.record for rid, v in snap.runs.items()
                      if v.record.state is RunState.queued and rid not in busy),
                     key=lambda r: (r.panel_index, r.run_id))

@@ -172,11 +172,16 @@ def _source(repo: Path, base: str, head: str, title: str, body: str) -> dict:
 
 
 def make_verified_pr(root: Path, name: str = "verified", *, title: str | None = None,
-                     body: str | None = None) -> dict:
-    """A bug fix with a test that fails on the base commit and passes with the fix."""
+                     body: str | None = None, extra_files: dict[str, str] | None = None) -> dict:
+    """A bug fix with a test that fails on the base commit and passes with the fix.
+
+    `extra_files` (relative path -> text) are added to the head commit, e.g. to give the PR
+    hostile file names.
+    """
     repo = _new_repo(root, name)
     base = _base(repo)
-    head = _commit(repo, {"mathx.py": MATHX_FIXED, "tests/test_mathx.py": TEST_BASE + TEST_ABOVE},
+    head = _commit(repo, {"mathx.py": MATHX_FIXED, "tests/test_mathx.py": TEST_BASE + TEST_ABOVE,
+                          **(extra_files or {})},
                    "Fix clamp() above the range", "2024-01-02T00:00:00+00:00")
     return _source(repo, base, head,
                    title if title is not None else "Fix clamp() returning the lower bound above the range",

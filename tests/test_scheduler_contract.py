@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runstate.errors import SchedulerError
-from sweep.scheduler.base import JobSpec, Scheduler
+from sweep.scheduler.base import Scheduler
 from sweep.scheduler.local import LocalScheduler
 from sweep.scheduler.slurm import SlurmScheduler
 from tests.tools.scheduler_kit import JobFactory, queue_ids, read_output, unique_prefix, wait_for

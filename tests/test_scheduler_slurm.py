@@ -196,3 +196,24 @@ def test_controller_outage_gives_unknown_queue_and_clear_submit_error(tmp_path):
     finally:
         cluster.stop()
         remove_cluster_dir(d)
+
+
+def test_a_cluster_whose_daemon_dies_fails_fast_with_its_log(monkeypatch):
+    """The fixture itself: a fatal config must surface the daemon's log, not a 30 s timeout."""
+    import tests.slurm_cluster as sc
+    reason = sc.missing_requirements()
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.setattr(sc, "SLURM_CONF", sc.SLURM_CONF.replace("SelectType=select/cons_tres",
+                                                                "SelectType=select/nonexistent"))
+    d = sc.new_cluster_dir("sweep-broken-")
+    cluster = sc.SlurmCluster(d)
+    started = time.monotonic()
+    try:
+        with pytest.raises(sc.ClusterError, match="slurmctld exited") as excinfo:
+            cluster.start(timeout=30)
+        assert time.monotonic() - started < 15
+        assert "nonexistent" in str(excinfo.value)
+    finally:
+        cluster.stop()
+        remove_cluster_dir(d)

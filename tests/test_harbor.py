@@ -104,7 +104,7 @@ def test_a_pr_that_only_changes_tests_has_no_reference_solution(tmp_path):
     head = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     with pytest.raises(AuthorRefusal) as info:
         build_bundle_from_git({**source, "base": source["head"], "head": head}, tmp_path / "task")
-    assert info.value.reason == "no_solution_changes"
+    assert info.value.reason == "no_source_changes"
 
 
 @pytest.mark.parametrize("bad", [{"kind": "svn"}, {"repo": "relative/path"}, {"base": "HEAD~1"},

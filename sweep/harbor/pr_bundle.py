@@ -27,6 +27,11 @@ _SHA_RE = re.compile(r"^[0-9a-fA-F]{7,64}$")
 GIT_TIMEOUT_S = 300
 
 
+# Refusals that depend only on the PR: retrying the same PR cannot change them, so the controller
+# should end the run `blocked` rather than spend another attempt. (`git_failed` may be transient.)
+PERMANENT_REFUSALS = frozenset({"no_test_changes", "no_source_changes", "unsafe_path", "bad_source"})
+
+
 class AuthorRefusal(Exception):
     """The PR cannot become a task; `reason` is a short machine code, the message says why."""
 
@@ -163,7 +168,7 @@ def build_bundle_from_git(source: dict, out: Path) -> BundleReport:
                             "the PR changes no test file, so nothing can verify a solution "
                             f"({len(changes)} file(s) changed, none under a test directory or named like a test)")
     if not others:
-        raise AuthorRefusal("no_solution_changes",
+        raise AuthorRefusal("no_source_changes",
                             "the PR changes only test files, so there is no reference solution to verify against")
     report = BundleReport(base=base, head=head, solution_files=others)
     report.test_files = [p for s, p in tests if s != "D"]

@@ -149,3 +149,45 @@ def test_scrontab_install_merges_is_idempotent_and_shows_the_cron_job(slurm_clus
         assert f"sweep:{c.campaign_id}" not in listing and "/bin/true" in listing
     finally:
         slurm_cluster.run(str(scrontab_bin), "-r", check=False)
+
+
+def test_a_failed_sbatch_releases_the_lease_and_is_shown(slurm_cluster, tmp_path):
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    lanes = {"cpu": {"partition": "no-such-partition"}, "gpu": {"partition": "gpu"}}
+    d = _init(tmp_path, payload_plan(1, backend="slurm", scheduler={"lanes": lanes}), env)
+    out = sweep("tick", "--campaign", str(d), env=env).stdout
+    assert "sbatch failed" in out
+    rdir = run_dir(d, "pr-000")
+    rec = load_record(rdir).value
+    assert rec.state is RunState.queued and "invalid partition" in rec.last_error.lower()
+    assert not (rdir / "lease.json").exists()
+    tick = json.loads((d / "tick.json").read_text())
+    assert any("sbatch failed" in e for e in tick["errors"])
+    assert any(a["kind"] == "submit_failed" for a in tick["actions"])
+    text = sweep("status", "--campaign", str(d), env=env).stdout
+    assert "sbatch failed" in text and "pr-000" in text
+    assert "submit_failed" in (rdir / "events.jsonl").read_text()
+
+
+def test_a_hung_tick_ends_itself_and_frees_the_lock(slurm_cluster, tmp_path):
+    """slurmctld frozen (SIGSTOP): squeue hangs; the tick's own deadline ends it."""
+    import signal
+    import subprocess
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    plan = payload_plan(1, backend="slurm", scheduler={"lanes": LANES, "call_timeout_seconds": 120},
+                        tick={"max_runtime_s": 10})
+    d = _init(tmp_path, plan, env)
+    pid = slurm_cluster.pids["slurmctld"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        r = sweep("tick", "--campaign", str(d), env=env, check=False, timeout=90)
+        took = time.monotonic() - t0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert r.returncode != 0 and "max_runtime_s" in r.stderr, (r.stdout, r.stderr)
+    assert 9 <= took < 30, took
+    from filelock import FileLock
+    with FileLock(str(d / "tick.lock"), timeout=0):     # the lock is free again
+        pass
+    assert load_record(run_dir(d, "pr-000")).value.state is RunState.queued

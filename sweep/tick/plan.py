@@ -131,8 +131,7 @@ def next_role(record: RunRecord) -> str | None:
     return NEXT_ROLE.get(record.phase)
 
 
-def _lease_holder_alive(lease: Lease, snap: Snapshot, jobs_by_token: dict[str, QueueJob],
-                        record: RunRecord) -> bool | None:
+def _lease_holder_alive(lease: Lease, snap: Snapshot, jobs_by_token: dict[str, QueueJob]) -> bool | None:
     if not snap.queue_known:
         return None
     if lease.job_id:
@@ -154,10 +153,16 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
         if tok:
             jobs_by_token[tok] = job
 
-    active = gpu_active = verified = 0
+    verified = 0
+    slots = {"all": 0, "gpu": 0}           # controller slots taken (or possibly taken) after this tick
     busy: set[str] = set()                 # runs that must not be admitted this tick
     canaries_active: dict[str, int] = {}
     committed = 0.0                        # money spent or promised (for the allocation)
+
+    def hold_slot(rec: RunRecord) -> None:
+        slots["all"] += 1
+        if rec.gpus > 0:
+            slots["gpu"] += 1
 
     for run_id, view in snap.runs.items():
         rec, lease = view.record, view.lease
@@ -166,7 +171,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
             if rec.outcome is Outcome.verified:
                 verified += 1
             if lease is not None:
-                alive = None if lease.lease is None else _lease_holder_alive(lease.lease, snap, jobs_by_token, rec)
+                alive = None if lease.lease is None else _lease_holder_alive(lease.lease, snap, jobs_by_token)
                 verdict = judge_lease(lease, holder_alive=alive, now=snap.now, ttl_s=cfg.lease_ttl_s)
                 if verdict.stale:
                     actions.append(ReapLease(run_id, lease, f"ended run: {verdict.why}"))
@@ -187,9 +192,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                     actions.append(Requeue(run_id, rec, lease, f"job {rec.job_id} vanished from the queue"))
                 continue
             # alive or unknown: the run holds its slot and its whole allocation
-            active += 1
-            if rec.gpus > 0:
-                gpu_active += 1
+            hold_slot(rec)
             if rec.canary_for:
                 canaries_active[rec.canary_for] = canaries_active.get(rec.canary_for, 0) + 1
             committed += max(view.committed_usd, rec.allocation_usd or 0.0)
@@ -213,31 +216,23 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
             verdict = judge_lease(lease, holder_alive=None, now=snap.now, ttl_s=cfg.lease_ttl_s)
             if verdict.stale:
                 actions.append(ReapLease(run_id, lease, verdict.why))
-            active += 1             # unknown holder: keep its slot until judged
-            if rec.gpus > 0:
-                gpu_active += 1
+            hold_slot(rec)          # unknown holder: keep its slot until judged
             continue
         ls = lease.lease
         job = snap.queue.get(ls.job_id) if ls.job_id else jobs_by_token.get(ls.token)
         if snap.queue_known and job is not None and job.job_id != rec.job_id:
             # submitted, but the tick that submitted it died before recording it: adopt
             actions.append(Adopt(run_id, rec, job.job_id, ls.token, hand_over=ls.job_id is None))
-            active += 1
-            if rec.gpus > 0:
-                gpu_active += 1
+            hold_slot(rec)
             committed += rec.allocation_usd or 0.0
             continue
         if snap.queue_known and job is not None:
             # the job wrote this queued record itself (drain/park) and is on its way out
-            active += 1
-            if rec.gpus > 0:
-                gpu_active += 1
+            hold_slot(rec)
             continue
         if snap.queue_known and job is None:
             if ls.job_id is None and snap.now - ls.last_seen < cfg.submit_grace_s:
-                active += 1          # a submission may still be in flight
-                if rec.gpus > 0:
-                    gpu_active += 1
+                hold_slot(rec)       # a submission may still be in flight
                 continue
             actions.append(ReapLease(run_id, lease, "holder job is gone" if ls.job_id
                                      else "submission never reached the queue"))
@@ -246,11 +241,9 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
         if verdict.stale:
             actions.append(ReapLease(run_id, lease, verdict.why))
         else:
-            active += 1
-            if rec.gpus > 0:
-                gpu_active += 1
+            hold_slot(rec)
 
-    actions.extend(_admit(snap, cfg, busy, active, gpu_active, verified, canaries_active, committed))
+    actions.extend(_admit(snap, cfg, busy, slots["all"], slots["gpu"], verified, canaries_active, committed))
     return actions
 
 

@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from runstate.errors import ConfigError, ProviderError
 from runstate.files import make_private_dir, read_bytes
 from runstate.models import Outcome, Phase
 from sweep.controller.pipeline import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success,
@@ -85,10 +86,20 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     ctx.budget.reserve(op_id, f"{role} session ({runtime})", amount)
     ctx.event("session_started", phase=ctx.record.phase.value, detail=f"{op_id} runtime {runtime}")
     req = SessionRequest(role=specs[role], manifest_sha256=shas[role], runtime=runtime,
-                         runtime_options={}, workspace=workspace, session_dir=session_dir,
-                         prompt=prompt, inputs=inputs)
-    result = run_session(req, _provider(ctx))
-    ctx.budget.settle(op_id, result.cost_usd if result.cost_usd is not None else 0.0)
+                         runtime_options=dict(opts.runtime_options.get(role, {})), workspace=workspace,
+                         session_dir=session_dir, prompt=prompt, inputs=inputs)
+    try:
+        result = run_session(req, _provider(ctx))
+    except (ConfigError, ProviderError) as exc:
+        # refused up front (bad runtime options, a runtime that cannot honour the manifest, an
+        # edited manifest): nothing ran, so nothing was spent; the role stays stopped (and shows
+        # in `sweep status`) until a human fixes it and the canary after the cooldown succeeds
+        ctx.budget.settle(op_id, 0.0)
+        ctx.event("session_done", phase=ctx.record.phase.value, detail=f"{op_id}: refused: {exc}")
+        raise Park(role, "outage", f"configuration error: {exc}") from None
+    # A runtime that cannot measure its cost (the command runtime) reports None: the session is
+    # charged its whole reservation, never $0, or a campaign cap would not bind such runtimes.
+    ctx.budget.settle(op_id, result.cost_usd)
     ctx.event("session_done", phase=ctx.record.phase.value,
               detail=f"{op_id}: {result.status}" + (f" ({result.failure_class}: {result.reason or ''} "
                                                    f"{result.evidence[:200]})" if not result.ok else ""))

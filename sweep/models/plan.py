@@ -7,7 +7,7 @@ controller see is exactly what `init` validated.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -40,13 +40,39 @@ class RuntimeChoice(Strict):
 
 
 class CandidateOptions(Strict):
+    """How one candidate is worked on (the plan's `defaults`, overridden per candidate key by key).
+
+    `runtime_options` gives a role's session runtime its options, keyed by role, e.g. for the
+    `command` runtime (see sweep/runtimes/command.py for its keys):
+
+        [defaults.runtimes]
+        author = "command"
+        [defaults.runtime_options.author]
+        argv = ["my-agent", "--prompt", "{prompt_file}", "--tools", "{tools}", ...]
+
+    Only the shape is checked here (a role name -> a table with string keys): whether the options
+    suit the runtime depends on `runtimes`, which a candidate may set separately from the
+    defaults, so the runtime itself checks them before each session starts, before anything is
+    written or paid for. A role missing from the table gets no options (what oracle and nop take).
+    """
+
     provider: Literal["local", "modal", "daytona"] = "local"
     runtimes: RuntimeChoice = Field(default_factory=RuntimeChoice)
+    runtime_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     gpus: int = Field(default=0, ge=0, le=64)
     max_spend_usd: float | None = Field(default=None, ge=0)        # this candidate's cap
     worker_reservation_usd: float = Field(default=0.0, ge=0)       # reserved per paid session
     test_command: str | None = None     # how the task's tests run (from the plan: trusted)
     quality: QualitySettings = Field(default_factory=QualitySettings)
+
+    @field_validator("runtime_options")
+    @classmethod
+    def _check_runtime_options(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for role in v:
+            if role not in ROLES:
+                raise ValueError(f"runtime_options has an entry for {role!r}, which is not a role "
+                                 f"(roles: {', '.join(ROLES)})")
+        return v
 
     def merged_over(self, base: "CandidateOptions", explicitly_set: set[str]) -> "CandidateOptions":
         data = base.model_dump()

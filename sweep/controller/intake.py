@@ -158,11 +158,16 @@ def _from_github(rdir: Path, url: str, settings: GithubSettings) -> dict:
     files = _api_get(settings, f"/repos/{owner}/{repo}/pulls/{number}/files?per_page=100")
     dest = Path(rdir) / "source" / "repo"
     if not (dest / ".git").exists():
+        # clone next to the target and rename it into place: a controller killed mid-clone leaves
+        # a stray temp directory, never a half-cloned `repo/` that the next attempt would trust
+        import shutil
         make_private_dir(dest.parent)
-        if dest.exists():
-            import shutil
-            shutil.rmtree(dest)
-        _git("clone", "--quiet", "--no-checkout", "--end-of-options", clone_url, str(dest))
+        for stale in [dest, *dest.parent.glob(".repo.clone-*")]:
+            if stale.exists():
+                shutil.rmtree(stale)
+        staging = dest.parent / f".repo.clone-{os.getpid()}"
+        _git("clone", "--quiet", "--no-checkout", "--end-of-options", clone_url, str(staging))
+        os.rename(staging, dest)
     _git("fetch", "--quiet", "origin", f"+refs/pull/{number}/head:refs/sweep/pr-head", cwd=dest)
     for sha in (base_sha, head_sha):
         _resolve(dest, sha)     # both commits must now be present locally

@@ -64,6 +64,7 @@ class Ctx:
     candidate: Any
     stop_reason: str | None = None
     lease_lost: bool = False
+    interrupting: bool = False
     log: Any = None
     extra: dict = field(default_factory=dict)
 
@@ -80,6 +81,77 @@ class Ctx:
             raise LeaseLost(f"state.json no longer names job {self.job_id}", path=self.rdir)
         self.record = save_record(self.rdir, current.model_copy(update=update))
         return self.record
+
+
+# ---- the controller's child process groups ----------------------------------------------------
+
+CHILD_TERM_GRACE_S = 2.0     # well inside the local backend's 5 s and Slurm's KillWait (30 s)
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, pgid) of `pid` from /proc, or None if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2:].split()     # the command name may contain spaces and ')'
+    try:
+        return fields[0], int(fields[1]), int(fields[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def _child_group_leaders(parent: int) -> list[int]:
+    own_group = os.getpgid(0)
+    leaders = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        st = _proc_stat(int(entry))
+        if st is not None and st[1] == parent and st[2] == int(entry) and st[2] != own_group:
+            leaders.append(int(entry))
+    return leaders
+
+
+def _group_running(pgid: int) -> bool:
+    """True while a live (non-zombie) process is in group `pgid`."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _proc_stat(int(entry))
+            if st is not None and st[2] == pgid and st[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+def stop_child_groups(grace_s: float = CHILD_TERM_GRACE_S) -> list[int]:
+    """TERM, then KILL after `grace_s`, every process group led by a child of this process.
+
+    Sessions and trials run as children that lead their own process group (the provider starts
+    them in a new session), so a signal sent to the controller's group does not reach them. Only
+    direct children are signalled, and their group ids cannot have been recycled: a child that
+    exited stays a zombie until the provider's interrupted wait reaps it, which now never happens.
+    Returns the groups signalled (empty where /proc is unavailable).
+    """
+    try:
+        leaders = _child_group_leaders(os.getpid())
+    except OSError:
+        return []
+    for pgid in leaders:
+        _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_group_running(g) for g in leaders):
+        time.sleep(0.05)
+    for pgid in leaders:
+        if _group_running(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+    return leaders
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass     # already gone
 
 
 # ---- lease heartbeat ----------------------------------------------------------------------------
@@ -143,12 +215,24 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
     def on_term(signum, frame):
         if ctx.stop_reason is None:
             ctx.stop_reason = "SIGTERM"
+        if ctx.interrupting:
+            return              # a second TERM while stopping: the first one is being handled
+        ctx.interrupting = True
+        # Stop the running session or trial BEFORE unwinding: it leads its own process group, so
+        # the TERM sent to this job's group never reached it, and the session's audit (which runs
+        # as the exception unwinds) must see a workspace nothing is writing to any more.
+        stopped = stop_child_groups()
+        if stopped:
+            ctx.event("session_stopped", phase=ctx.record.phase.value,
+                      detail=f"{ctx.stop_reason}: stopped process group(s) " + ", ".join(map(str, stopped)))
         raise Interrupted(ctx.stop_reason)
 
     signal.signal(signal.SIGTERM, on_term)
     hb = Heartbeat(ctx, campaign.settings.tick.heartbeat_s)
     hb.start()
-    ctx.say(f"job {job_id} starts at phase {record.phase.value} (attempt {record.attempts + 1}/{record.max_attempts})")
+    import sweep
+    ctx.say(f"job {job_id} starts at phase {record.phase.value} (attempt {record.attempts + 1}/{record.max_attempts}); "
+            f"runtime {runtime_sha[:16] if runtime_sha else 'not frozen'}, sweep from {Path(sweep.__file__).parent}")
     try:
         return _run_phases(ctx)
     finally:

@@ -23,8 +23,12 @@ PANEL = [
 ]
 
 
-def build_panel(root: Path) -> Path:
-    """Sample repositories + plan.toml under `root`; returns the plan path (reused if present)."""
+def build_panel(root: Path, *, scheduler: dict | None = None) -> Path:
+    """Sample repositories + plan.toml under `root`; returns the plan path (reused if present).
+
+    `scheduler` replaces the plan's `[scheduler]` table (default: the local backend), e.g. to run
+    the same panel through sbatch: {"backend": "slurm", "lanes": {...}}.
+    """
     from sweep.harbor.samples import make_pr_repo
     from sweep.tomlw import dumps
     root = Path(root).resolve()
@@ -44,7 +48,7 @@ def build_panel(root: Path) -> Path:
     plan = {"name": "demo", "target_verified": 10, "max_parallel": 2, "max_gpu_parallel": 1,
             "max_attempts": 2,
             "defaults": {"provider": "local", "quality": {"max_repairs": 1, "gate_repeats": 2}},
-            "scheduler": {"backend": "local"},
+            "scheduler": scheduler or {"backend": "local"},
             "tick": {"interval_minutes": 1},
             "candidates": candidates}
     plan_path.write_text("# The demo campaign's plan (written by `sweep demo`).\n" + dumps(plan))

@@ -224,6 +224,17 @@ def _repair_or_end(ctx: Ctx, where: str, findings: list[str], *, no_bundle: bool
     raise Ending(Outcome.generated_unverified, f"{where}_failed", "; ".join(findings)[:500])
 
 
+def gate_hash_seed(repeat: int) -> int:
+    """PYTHONHASHSEED of gate repeat `repeat` (0-based): fixed, and different on every repeat.
+
+    Fixed, so the gates give the same verdict for the same bundle every time (a re-run cannot
+    re-roll a flaky test into a pass); different per repeat, so a test that depends on the
+    iteration order of a set or dict of strings (a classic real flakiness source) shows its
+    flakiness as a difference between repeats instead of passing by luck.
+    """
+    return repeat + 1
+
+
 def gates(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256, validate_bundle
     from sweep.harbor.trial import run_trial
@@ -240,7 +251,8 @@ def gates(ctx: Ctx):
         for i in range(repeats):
             for kind in ("reference", "empty"):
                 work = fresh_dir(ctx.rdir / "work" / f"gates-r{revision:04d}-{kind}-{i}")
-                trial = run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S)
+                trial = run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
+                                  env={"PYTHONHASHSEED": str(gate_hash_seed(i))})
                 rewards[kind].append(trial.reward)
                 details[kind].append(trial.detail)
                 shutil.rmtree(work, ignore_errors=True)
@@ -253,7 +265,8 @@ def gates(ctx: Ctx):
                              and len(set(rewards["empty"])) == 1 else "results differ between repeats: flaky"}
     passed = all(r["ok"] for r in results.values())
     evidence = {"bundle_sha256": sha, "revision": revision, "repeats": repeats, "passed": passed,
-                "gates": results, "environment_fidelity": "host", "at": time.time()}
+                "gates": results, "hash_seeds": [gate_hash_seed(i) for i in range(repeats)],
+                "environment_fidelity": "host", "at": time.time()}
     write_json(make_private_dir(ctx.rdir / "evidence") / f"gates-r{revision:04d}.json", evidence)
     if not passed:
         failed = [f"gate {name}: {r.get('detail') or r.get('rewards')}" for name, r in results.items() if not r["ok"]]

@@ -11,9 +11,12 @@ Kinds:
 - verified: a bug fix plus a test that fails before and passes after (becomes a verified task);
 - no_tests: a fix without any test change (the author refuses it: blocked);
 - passes_before: the PR's tests already pass on the base commit (the empty-solution gate fails);
-- flaky: a real fix plus a test that passes about half the time (the repeat gate fails). With
+- flaky: a real fix plus a test that depends on the iteration order of a set of strings, so on
+  the interpreter's hash seed: it passes under PYTHONHASHSEED=1 and fails under PYTHONHASHSEED=2
+  (the gates' first two repeats), and passes about half the time with random seeds. With
   `counter_file`, it passes on even-numbered runs and fails on odd ones instead, as long as the
-  file is writable by the test run (isolation "none"); under bubblewrap it falls back to chance.
+  file is writable by the test run (isolation "none"); under bubblewrap it falls back to the
+  hash order.
 Commits have fixed dates and authors, so the same kind always gets the same shas.
 """
 from __future__ import annotations
@@ -90,17 +93,21 @@ class MeanEmptyTest(unittest.TestCase):
             mean([])
 '''
 
-FLAKY_TEST = '''import os
-import random
-import unittest
+FLAKY_TEST = '''import unittest
 
 from mathx import clamp
 
 COUNTER_FILE = {counter!r}
 
 
-def lucky():
-    """True on even-numbered runs when the counter file is writable, otherwise by chance."""
+def bounds_in_order():
+    """True when the set below happens to iterate low-then-high (or, with a writable counter file,
+    on even-numbered runs).
+
+    A set of strings iterates in hash order, and string hashes change with the interpreter's
+    PYTHONHASHSEED: under seed 1 this is True, under seed 2 False, and with random hash seeds (the
+    default) it differs from run to run.
+    """
     if COUNTER_FILE:
         try:
             with open(COUNTER_FILE) as fh:
@@ -113,16 +120,16 @@ def lucky():
             return runs % 2 == 0
         except OSError:
             pass
-    return random.SystemRandom().random() < 0.5
+    return list({{"low", "high"}}) == ["low", "high"]
 
 
 class ClampAboveTest(unittest.TestCase):
     def test_above_range_gives_high(self):
         self.assertEqual(clamp(42, 0, 10), 10)
 
-    def test_timing_sensitive(self):
-        # Stands in for a test that depends on timing or ordering: it passes about half the time.
-        self.assertTrue(lucky(), "unlucky run")
+    def test_bounds_are_listed_low_then_high(self):
+        # A classic real-world flaky test: it relies on the iteration order of a set of strings.
+        self.assertTrue(bounds_in_order(), "the set iterated high before low on this run")
 '''
 
 
@@ -213,7 +220,7 @@ def make_pr_tests_pass_before(root: Path, name: str = "passes-before") -> dict:
 
 
 def make_flaky_pr(root: Path, name: str = "flaky", *, counter_file: str | Path | None = None) -> dict:
-    """A real fix whose new test file also holds a test that passes about half the time."""
+    """A real fix whose new test file also holds a test that depends on the hash seed (flaky)."""
     repo = _new_repo(root, name)
     base = _base(repo)
     counter = str(Path(counter_file).resolve()) if counter_file is not None else None
@@ -221,7 +228,7 @@ def make_flaky_pr(root: Path, name: str = "flaky", *, counter_file: str | Path |
                           "tests/test_clamp_above.py": FLAKY_TEST.format(counter=counter)},
                    "Fix clamp() above the range, with a flaky test", "2024-01-02T00:00:00+00:00")
     return _source(repo, base, head, "Fix clamp() above the range",
-                   "`clamp(42, 0, 10)` should return 10. The new test file has a timing-sensitive test.")
+                   "`clamp(42, 0, 10)` should return 10. The new test file also checks the order of the bounds.")
 
 
 SAMPLE_BUILDERS = {

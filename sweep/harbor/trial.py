@@ -9,6 +9,7 @@ trial's `repo/` and `logs/` writable, so neither a solution nor a test can touch
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -20,6 +21,9 @@ from sweep.harbor.bundle import validate_bundle
 from sweep.providers.base import ExecSpec, Provider
 
 DETAIL_LIMIT = 500
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# what the trial or the provider sets itself: a caller's env must not redirect them
+_RESERVED_ENV = {"REPO_DIR", "LOGS_DIR", "PATH", "HOME", "TMPDIR", "LANG", "LD_PRELOAD", "LD_LIBRARY_PATH"}
 
 
 @dataclass
@@ -58,8 +62,13 @@ def _tail(text: str) -> str:
 
 
 def run_trial(bundle_dir: str | Path, solution: str | Path, *, provider: Provider, workdir: str | Path,
-              timeout_s: float) -> TrialResult:
-    """Run `solution` ("reference", "empty" or a repository Path) against the bundle's tests."""
+              timeout_s: float, env: dict[str, str] | None = None) -> TrialResult:
+    """Run `solution` ("reference", "empty" or a repository Path) against the bundle's tests.
+
+    `env` adds variables to the scripts' environment (which is otherwise built from nothing but
+    REPO_DIR, LOGS_DIR and the provider's basics), e.g. the gates' fixed PYTHONHASHSEED per repeat.
+    It cannot set REPO_DIR, LOGS_DIR or what the provider builds (PATH, HOME, TMPDIR, LANG).
+    """
     started = time.monotonic()
     bundle = Path(bundle_dir).resolve()
     work = Path(workdir)
@@ -73,6 +82,11 @@ def run_trial(bundle_dir: str | Path, solution: str | Path, *, provider: Provide
                            environment_fidelity=getattr(provider, "environment_fidelity", "host"),
                            isolation=getattr(provider, "isolation", ""), workdir=str(work))
 
+    for name, value in (env or {}).items():
+        if not (isinstance(name, str) and _ENV_NAME_RE.match(name) and isinstance(value, str)):
+            raise SweepError(f"trial environment variable {name!r} is not NAME=string")
+        if name in _RESERVED_ENV:
+            raise SweepError(f"a trial's environment may not set {name}")
     problems = validate_bundle(bundle)
     if problems:
         return result(None, "invalid bundle: " + "; ".join(problems[:5]))
@@ -88,7 +102,7 @@ def run_trial(bundle_dir: str | Path, solution: str | Path, *, provider: Provide
     shutil.copytree(bundle / layout.TESTS, work / "tests", symlinks=True)
     (logs / "verifier").mkdir(parents=True)
     (logs / "agent").mkdir()
-    env = {"REPO_DIR": str(repo), "LOGS_DIR": str(logs)}
+    env = {**(env or {}), "REPO_DIR": str(repo), "LOGS_DIR": str(logs)}
     deadline = started + timeout_s
 
     def run(script: Path, name: str):

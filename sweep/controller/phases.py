@@ -181,10 +181,34 @@ def _failed_gates_for(ctx: Ctx, sha: str) -> str | None:
     return None
 
 
+PROMPT_DIFF_LIMIT = 200_000     # characters of the PR's diff in the author's prompt
+
+
+def _pr_diff(src: dict) -> str:
+    """The PR's diff (base..head) as text for the prompt, cut at PROMPT_DIFF_LIMIT; "" if git fails."""
+    try:
+        done = subprocess.run(["git", "-C", src["repo"], "diff", "--no-ext-diff", "--no-textconv", "--no-color",
+                               "--no-renames", src["base"], src["head"], "--"],
+                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    if done.returncode != 0:
+        return ""
+    text = done.stdout.decode("utf-8", errors="replace")
+    if len(text) > PROMPT_DIFF_LIMIT:
+        text = text[:PROMPT_DIFF_LIMIT] + f"\n[diff cut at {PROMPT_DIFF_LIMIT} characters]\n"
+    return text
+
+
 def _author_prompt(src: dict, findings: list[str]) -> str:
+    # the author's instructions promise the PR's title, body and diff: all untrusted data, which
+    # only ever becomes the content of the prompt file
     text = ["# Pull request", "", f"Title: {src['title']}", "", "Body:", src["body"] or "(empty)", "",
             f"Base commit: {src['base']}", f"Head commit: {src['head']}", "",
             "Changed files:", *[f"- {f}" for f in (src.get("changed_files") or [])[:200]]]
+    diff = _pr_diff(src)
+    if diff:
+        text += ["", "Diff (base..head):", "```diff", diff.rstrip("\n"), "```"]
     if findings:
         text += ["", "# Repair: the previous bundle fell short", *[f"- {f}" for f in findings]]
     return "\n".join(text) + "\n"

@@ -9,8 +9,10 @@ therefore part of every sandbox, not an option.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from sweep.providers.base import ExecSpec
@@ -51,6 +53,25 @@ def _depth(path: Path) -> tuple[int, str]:
     return (len(path.parts), str(path))
 
 
+def runtime_read_paths() -> set[Path]:
+    """Where this Python and sweep itself live, when that is under /tmp.
+
+    The sandbox mounts a fresh tmpfs on /tmp, which would hide a virtual environment or a checkout
+    that lives there (CI clones into a temp folder): the session could not even start its
+    interpreter. Those directories are re-bound read-only.
+    """
+    import sweep
+    candidates = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent,
+                  Path(os.path.realpath(sys.executable)).parent,
+                  Path(sweep.__file__).resolve().parent.parent}
+    out = set()
+    for path in candidates:
+        resolved = path.resolve()
+        if resolved == Path("/tmp") or Path("/tmp") in resolved.parents:
+            out.add(resolved)
+    return out
+
+
 def bwrap_argv(bwrap: str, spec: ExecSpec, argv: list[str]) -> list[str]:
     """The full command line: bwrap flags, the binds for `spec`, then `argv`."""
     args = [bwrap, *BASE_FLAGS]
@@ -59,7 +80,7 @@ def bwrap_argv(bwrap: str, spec: ExecSpec, argv: list[str]) -> list[str]:
     args += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
              "--dir", SANDBOX_HOME]
     writable = {Path(p).resolve() for p in spec.write_paths}
-    readable = {Path(p).resolve() for p in (spec.cwd, *spec.read_paths)} - writable
+    readable = ({Path(p).resolve() for p in (spec.cwd, *spec.read_paths)} | runtime_read_paths()) - writable
     # Parents before children: a later bind overlays an earlier one, so `task/` (rw) must come after
     # the workspace (ro) that contains it. Read paths are re-bound because /tmp is a fresh tmpfs.
     for path in sorted(readable | writable, key=_depth):

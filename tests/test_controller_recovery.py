@@ -218,3 +218,32 @@ def test_sigterm_mid_session_leaves_a_clean_checkpoint_and_no_session(isolation,
     rec = record(d, "pr")
     assert rec.outcome is Outcome.verified and rec.attempts == 1
     assert count(events(d, "pr"), "phase_started", "intake") == 1
+
+
+@pytest.mark.slurm
+def test_scancel_on_slurm_leaves_a_clean_checkpoint_and_no_session(slurm_cluster, tmp_path, hold):
+    """The same through real sbatch and scancel (TERM to the job, KILL after KillWait)."""
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    marker = f"marker-{uuid.uuid4().hex}"
+    src = make_pr_repo(tmp_path / "repos", "verified", name="mathx")
+    options = {"author": agent_options("author", "--repo", src["repo"], f"--hold-while={hold}",
+                                       "--marker", marker)}
+    plan = local_plan([candidate("pr", src)], defaults={"runtimes": {"author": "command"}, "runtime_options": options})
+    plan["scheduler"] = {"backend": "slurm", "lanes": {"cpu": {"partition": "cpu", "time": "10"},
+                                                       "gpu": {"partition": "gpu", "time": "10"}}}
+    d = init(tmp_path, plan, env)
+    rdir = run_dir(d, "pr")
+    sweep("tick", "--campaign", str(d), env=env)
+    wait_until("the author session to be running",
+               lambda: count(events(d, "pr"), "session_started", "author") and processes_with(marker), 60)
+    job_id = record(d, "pr").job_id
+    slurm_cluster.run("scancel", job_id)
+    wait_until("the job to leave the queue",
+               lambda: job_id not in slurm_cluster.run("squeue", "-h", "-o", "%i").stdout.split(), 60)
+    wait_until("the controller's checkpoint", lambda: record(d, "pr").state is RunState.queued, 30)
+    rec = record(d, "pr")
+    assert rec.phase.value == "author" and rec.attempts == 1, rec
+    assert "interrupted by SIGTERM during phase author" in rec.last_error
+    assert read_lease(rdir) is None
+    wait_until("no session process", lambda: not processes_with(marker) and not processes_under(rdir), 10)
+    assert any(e["kind"] == "attempt_failed" and e["by"] == f"job:{job_id}" for e in events(d, "pr"))

@@ -17,7 +17,7 @@ from runstate.models import Outcome, RunState
 from sweep.frozen import current_runtime
 from sweep.harbor.samples import make_pr_repo
 from tests.campaigns import REPO, sweep, write_plan
-from tests.fakes.runs import candidate, local_job, local_plan, record, wait_until
+from tests.fakes.runs import candidate, local_job, local_plan, record
 
 
 @pytest.fixture(scope="session")

@@ -111,7 +111,7 @@ def setup_phase(phase: str, tmp_path: Path, flag: Path, gh: FakeGitHub):
             return (run_dir(d, "pr") / "work" / "gates-r0001-reference-0" / "logs" / "verifier"
                     / "test-output.txt").exists()
     else:
-        def under_way(d=tmp_path / "camp", role=ROLE_OF[phase]):
+        def under_way(d=tmp_path / "camp"):
             return count(events(d, "pr"), "session_started", phase) and processes_with(marker)
     return plan, "pr", {}, under_way, release
 

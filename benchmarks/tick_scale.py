@@ -57,6 +57,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))     # run against this checkout, whatever the current directory
+os.environ["PYTHONPATH"] = str(REPO)  # and so do the CLI subprocesses and the local jobs' launcher
 
 ACTIVE = 8            # long-lived active runs (leases held by live local jobs)
 CHURN = 2             # free slots: the tick admits this many per tick, and requeues them next tick
@@ -129,13 +130,30 @@ def sweep_argv() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "sweep"]
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+RSS_KB: list[int] = []     # peak resident set of each CLI subprocess, in order
+
+
+def run_cli(*args: str, env: dict | None = None) -> str:
+    """Run `sweep ARGS` as a user would; return its stdout. Records the child's peak RSS."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    r = subprocess.run([*sweep_argv(), *args], capture_output=True, text=True, env=full_env,
-                       cwd=REPO, stdin=subprocess.DEVNULL, timeout=timeout)
-    if r.returncode != 0:
-        raise RuntimeError(f"sweep {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
-    return r
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen([*sweep_argv(), *args], stdout=out, stderr=err, env=full_env, cwd=REPO,
+                             stdin=subprocess.DEVNULL)
+        _, status, usage = os.wait4(p.pid, 0)     # wait4: this child's own rusage (peak RSS)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        RSS_KB.append(usage.ru_maxrss)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    if p.returncode != 0:
+        raise RuntimeError(f"sweep {' '.join(args)} exited {p.returncode}:\n{stdout}\n{stderr}")
+    return stdout
+
+
+def measure_cli(n: int | None, what: str, args: list[str], repeats: int) -> Figure:
+    RSS_KB.clear()
+    samples = measure(lambda: run_cli(*args), repeats)
+    return Figure(n, what, samples, note=f"peak RSS {max(RSS_KB) / 1024:.0f} MB")
 
 
 @contextlib.contextmanager
@@ -286,6 +304,7 @@ def build_campaign(workdir: Path, n: int, init_mode: str) -> tuple[Path, dict]:
     t = time.perf_counter()
     if init_mode == "cli":
         run_cli("init", str(plan), "--campaign", str(cdir))
+        info["init_rss_mb"] = round(RSS_KB[-1] / 1024)
     else:
         with fsync_disabled():
             init_campaign(plan, cdir)
@@ -415,8 +434,7 @@ def bench_size(n: int, workdir: Path, repeats: int, init_mode: str, profile: Pat
             prof.runcall(run_tick, cdir, scheduler=CountingScheduler(real))
             prof.dump_stats(f"{profile}.busy-{n}")
         log(f"N={n}: (c) busy `sweep tick` subprocess")
-        figs.append(Figure(n, "(c) `sweep tick` subprocess, busy",
-                           measure(lambda: run_cli("tick", "--campaign", str(cdir)), repeats)))
+        figs.append(measure_cli(n, "(c) `sweep tick` subprocess, busy", ["tick", "--campaign", str(cdir)], repeats))
 
         request_drain(cdir, reason="benchmark: idle tick", who="benchmarks/tick_scale.py")
         log(f"N={n}: (c) idle tick in-process (draining: nothing to do)")
@@ -426,13 +444,11 @@ def bench_size(n: int, workdir: Path, repeats: int, init_mode: str, profile: Pat
             prof.runcall(run_tick, cdir, scheduler=CountingScheduler(real))
             prof.dump_stats(f"{profile}.idle-{n}")
         log(f"N={n}: (c) idle `sweep tick` subprocess")
-        figs.append(Figure(n, "(c) `sweep tick` subprocess, idle",
-                           measure(lambda: run_cli("tick", "--campaign", str(cdir)), repeats)))
+        figs.append(measure_cli(n, "(c) `sweep tick` subprocess, idle", ["tick", "--campaign", str(cdir)], repeats))
         clear_drain(cdir)
 
         log(f"N={n}: (d) `sweep status` subprocess")
-        figs.append(Figure(n, "(d) `sweep status` subprocess",
-                           measure(lambda: run_cli("status", "--campaign", str(cdir)), repeats)))
+        figs.append(measure_cli(n, "(d) `sweep status` subprocess", ["status", "--campaign", str(cdir)], repeats))
         tick_json = json.loads((cdir / "tick.json").read_text())
         info["tick_json_duration_s"] = tick_json["duration_s"]
         info["runs_read"] = tick_json["runs_read"]
@@ -445,7 +461,7 @@ def bench_size(n: int, workdir: Path, repeats: int, init_mode: str, profile: Pat
 
 def bench_startup(repeats: int) -> list[Figure]:
     log("(e) `sweep --help` subprocess")
-    figs = [Figure(None, "(e) `sweep --help` subprocess", measure(lambda: run_cli("--help"), repeats))]
+    figs = [measure_cli(None, "(e) `sweep --help` subprocess", ["--help"], repeats)]
     figs.append(Figure(None, "    bare `python -c pass` (reference)",
                        measure(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), repeats)))
     return figs
@@ -519,7 +535,8 @@ def main() -> int:
         print()
         for n, info in infos.items():
             print(f"N={n:,}: {info['repeats']} repeats; load avg {info['load_before']} -> {info['load_after']}; "
-                  f"init {info['init_s']:.1f}s ({1000 * info['init_s'] / n:.2f} ms/run, {info['init_mode']}); "
+                  f"init {info['init_s']:.1f}s ({1000 * info['init_s'] / n:.2f} ms/run, {info['init_mode']}"
+                  f"{', peak RSS %s MB' % info['init_rss_mb'] if 'init_rss_mb' in info else ''}); "
                   f"mix {info['mix']}; {info['leases']} leases; {info['held_gpu']} held; "
                   f"{info['disk_mb']} MB; last tick.json duration_s {info['tick_json_duration_s']:.3f}")
         if args.json:

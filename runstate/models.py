@@ -98,6 +98,7 @@ class RunRecord(Tolerant):
     runtime_sha: str | None = None
     allocation_usd: float | None = None         # budget granted by the tick at admission
     cap_usd: float | None = None                # this candidate's spending cap (from the plan)
+    reservation_usd: float = 0.0                # what one paid session reserves: the smallest useful allocation
     checkpoints: dict[str, dict[str, Any]] = Field(default_factory=dict)  # finished phase -> summary
     last_error: str | None = None               # e.g. a failed sbatch, shown by status
     created: float = Field(default_factory=time.time)

@@ -75,7 +75,10 @@ def load_plan(path: Path) -> Plan:
 
 
 def plan_sha256(plan: Plan) -> str:
-    return hashlib.sha256(orjson.dumps(plan.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)).hexdigest()
+    """Of what the plan says, not of every default: a newer sweep that adds a field with a default
+    still recognises an unchanged plan (re-running `init` stays a no-op across upgrades)."""
+    data = plan.model_dump(mode="json", exclude_defaults=True)
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def resolve_candidates(plan: Plan, plan_path: Path) -> list[FrozenCandidate]:
@@ -167,7 +170,8 @@ def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -
                                         gpus=fc.candidate.options.gpus,
                                         lane="gpu" if fc.candidate.options.gpus else "cpu",
                                         max_attempts=plan.max_attempts,
-                                        cap_usd=fc.candidate.options.max_spend_usd))
+                                        cap_usd=fc.candidate.options.max_spend_usd,
+                                        reservation_usd=fc.candidate.options.worker_reservation_usd))
             written += 1
     return written
 

@@ -124,3 +124,21 @@ def test_a_throttle_parks_for_five_minutes(tmp_path, mode_file):
     line = next(x for x in sweep("status", "--campaign", str(d)).stdout.splitlines() if x.startswith("cooldown:"))
     assert line.startswith("cooldown: author (throttle)") and ("5m left" in line or "4m left" in line), line
     assert not outage_path(d, "reviewer").exists() and not outage_path(d, "solver").exists()
+
+
+def test_a_bad_key_stops_every_role_of_that_key_family(tmp_path, mode_file):
+    mode_file.write_text("badkey\n")
+    d, runs = campaign_with_command_author(tmp_path, mode_file, 1)
+    sweep("tick", "--campaign", str(d))
+    wait_until("the run to park", lambda: settled(d, runs), 60)
+    from roles import load_roles_dir
+    specs = load_roles_dir(d / "roles")
+    family = specs["author"].key_family
+    for role, spec in specs.items():
+        stamped = outage_path(d, role).exists()
+        assert stamped == (spec.key_family == family), role
+    stamp = json.loads(outage_path(d, "author").read_text())
+    assert "configuration error (key family" in stamp["detail"] and "Invalid API key" in stamp["detail"]
+    assert record(d, runs[0]).attempts == 0 and record(d, runs[0]).parked_role == "author"
+    status = sweep("status", "--campaign", str(d)).stdout
+    assert "cooldown: author" in status and "configuration error" in status

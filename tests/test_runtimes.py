@@ -366,3 +366,20 @@ def test_session_records_the_manifest_sha_and_what_ran(tmp_path):
     record = json.loads((tmp_path / "s" / "result.json").read_text())
     assert record["manifest_sha256"] == manifest_sha256(path) == result.manifest_sha256
     assert json.loads((tmp_path / "s" / "argv.json").read_text())["argv"] == ["true"]
+
+
+def test_a_command_agent_can_report_its_usage_on_stdout(tmp_path):
+    agent = script(tmp_path, """
+print("working...")
+print(json.dumps({"sweep_usage": {"cost_usd": 0.5, "turns": 3, "session_id": "s-1"}}))
+print(json.dumps({"sweep_usage": {"cost_usd": 1.25, "turns": 7, "session_id": "s-2"}}))
+print("done")
+""")
+    result, _ = session(tmp_path, writer_role(), agent)
+    assert result.ok and (result.cost_usd, result.turns, result.session_id) == (1.25, 7, "s-2")
+
+
+def test_a_malformed_usage_line_reports_nothing(tmp_path):
+    agent = script(tmp_path, 'print(json.dumps({"sweep_usage": {"cost_usd": "lots", "turns": -2}}))\n')
+    result, _ = session(tmp_path, writer_role(), agent)
+    assert result.ok and result.cost_usd is None and result.turns is None

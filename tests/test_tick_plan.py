@@ -244,3 +244,21 @@ def test_unrecorded_submission_is_adopted_from_the_queue():
     actions = plan_tick(snap, CFG)
     assert [(type(a), a.job_id) for a in actions if isinstance(a, Adopt)] == [(Adopt, "77")]
     assert not [a for a in actions if isinstance(a, (Admit, ReapLease))]
+
+
+def test_an_allocation_smaller_than_one_session_is_not_granted():
+    cfg = PlanSettings(target_verified=10, max_parallel=5, max_gpu_parallel=1, max_spend_usd=1.0,
+                       lease_ttl_s=TTL, submit_grace_s=120)
+    running = _rec(0, state="active", job_id="9", submit_token="t", allocation_usd=0.9, reservation_usd=0.2)
+    snap = _snap([running, _rec(1, reservation_usd=0.2)], queue={"9": QueueJob("9", "sw.c.t.r0")})
+    actions = plan_tick(snap, cfg)
+    assert not [a for a in actions if isinstance(a, Admit)]         # 0.1 left < 0.2 per session
+    assert [a.reason for a in actions if isinstance(a, SetHold)] == ["campaign budget exhausted"]
+    assert not [a for a in actions if isinstance(a, EndRun)]        # the running one may free budget
+
+
+def test_a_cap_below_one_reservation_ends_the_run():
+    snap = _snap([_rec(0, cap_usd=0.1, reservation_usd=0.5), _rec(1, cap_usd=1.0, reservation_usd=0.5)])
+    actions = plan_tick(snap, CFG)
+    assert [(a.run_id, a.reason) for a in actions if isinstance(a, EndRun)] == [("r0", "budget_exhausted")]
+    assert [a.run_id for a in actions if isinstance(a, Admit)] == ["r1"]

@@ -109,10 +109,13 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     if result.failure_class in ("outage", "throttle"):
         raise Park(role, result.failure_class, result.evidence or result.reason or result.status)
     if result.failure_class == "config":
-        # a bad key or billing problem stops the whole role until a human fixes it: the cooldown
-        # shows in `sweep status`, and the canary after it tells whether the fix worked
-        raise Park(role, "outage", f"configuration error (key family {specs[role].key_family}): "
-                                   f"{result.evidence or result.reason}")
+        # a bad key or billing problem stops the whole key family (every role that uses it) until a
+        # human fixes it: the cooldowns show in `sweep status`, and the canary after them tells
+        # whether the fix worked
+        family = specs[role].key_family
+        same_family = sorted(name for name, spec in specs.items() if spec.key_family == family)
+        raise Park(role, "outage", f"configuration error (key family {family}): "
+                                   f"{result.evidence or result.reason}", also=tuple(same_family))
     return result
 
 
@@ -149,7 +152,8 @@ def author(ctx: Ctx):
     result = _session(ctx, "author", workspace, prompt, {"source": runtime_source, "findings": findings,
                                                         "revision": revision})
     if not result.ok:
-        if result.reason in ("no_test_changes", "no_tests", "no_source_changes", "refused"):
+        from sweep.harbor.pr_bundle import PERMANENT_REFUSALS
+        if result.reason in PERMANENT_REFUSALS:     # the PR itself cannot become a task: retrying cannot help
             raise Ending(Outcome.blocked, "construction_failed", result.evidence or result.reason)
         raise AttemptFailed(f"author session {result.status}: {result.reason or ''} {result.evidence[:300]}")
     problems = validate_bundle(workspace / "task")

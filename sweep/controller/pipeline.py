@@ -44,6 +44,7 @@ class Park(Exception):
     role: str
     kind: str
     detail: str
+    also: tuple[str, ...] = ()      # more roles to stamp (a config failure stops the whole key family)
 
 
 @dataclass
@@ -305,6 +306,10 @@ def _end(ctx: Ctx, end: Ending) -> int:
 
 def _park(ctx: Ctx, park: Park) -> int:
     stamp = stamp_outage(ctx.campaign_dir, park.role, park.kind, park.detail, stamped_by=f"job:{ctx.job_id}")
+    for other in park.also:
+        if other != park.role:
+            stamp_outage(ctx.campaign_dir, other, park.kind, f"(via {park.role}) {park.detail}",
+                         stamped_by=f"job:{ctx.job_id}")
     ctx.save(state=RunState.queued, parked_until=stamp.until, parked_role=park.role, canary_for=None,
              last_error=truncate(f"{park.kind} in role {park.role}: {park.detail}", 500))
     ctx.event("parked", from_state="active", to_state="queued", phase=ctx.record.phase.value,

@@ -19,7 +19,10 @@ if the template passes `{tools}`, cap turns only with `{max_turns}`, cap cost on
 `{cost_cap_usd}`. The CLI is then trusted to apply them; the sandbox and the audit are what
 actually bound it. A judge's verdict is read from `{output_file}` (written in place: the path
 is an inherited descriptor, not a writable mount) or else from the last JSON-object line of stdout.
-Turns, cost and session id are not measured (None).
+Turns, cost and session id come from an optional usage line: if the CLI prints a JSON object
+`{"sweep_usage": {"cost_usd": 0.12, "turns": 7, "session_id": "abc"}}` on a line of its own on
+stdout (the last such line counts), those figures are recorded; otherwise they are None and the
+controller charges the session its whole reservation.
 """
 from __future__ import annotations
 
@@ -122,6 +125,15 @@ class CommandRuntime:
                           read_paths=read_paths, network=bool(options.get("network", True)))
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
+        parsed = self._parse(req, files, outcome)
+        usage = read_usage(outcome.stdout_tail)
+        if usage:
+            parsed.cost_usd = usage.get("cost_usd", parsed.cost_usd)
+            parsed.turns = usage.get("turns", parsed.turns)
+            parsed.session_id = usage.get("session_id", parsed.session_id)
+        return parsed
+
+    def _parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
         output = None
         output_problem = None
         if req.role.output_schema is not None:
@@ -135,6 +147,32 @@ class CommandRuntime:
         if output_problem:
             return Parsed(ok=False, failure_class="failure", reason="bad_output", evidence=output_problem)
         return Parsed(ok=True, output=output, evidence="command exited 0")
+
+
+def read_usage(stdout: str) -> dict:
+    """The last `{"sweep_usage": {...}}` line of stdout, with only well-typed figures kept."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if not (line.startswith("{") and "sweep_usage" in line):
+            continue
+        try:
+            usage = json.loads(line).get("sweep_usage")
+        except (ValueError, AttributeError):
+            continue
+        if not isinstance(usage, dict):
+            continue
+        out: dict = {}
+        cost = usage.get("cost_usd")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0:
+            out["cost_usd"] = float(cost)
+        turns = usage.get("turns")
+        if isinstance(turns, int) and not isinstance(turns, bool) and turns >= 0:
+            out["turns"] = turns
+        sid = usage.get("session_id")
+        if isinstance(sid, str) and sid.isprintable() and len(sid) <= 200:
+            out["session_id"] = sid
+        return out
+    return {}
 
 
 def _read_output(files: SessionFiles) -> tuple[object, str | None]:

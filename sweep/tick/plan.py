@@ -293,9 +293,15 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
             allocation = None
             if hold is None and not gpu_blocked:
                 cap = rec.cap_usd
+                if cap is not None and cap + 1e-9 < rec.reservation_usd:
+                    out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, "budget_exhausted",
+                                      f"the candidate's cap {cap:.2f} USD is below one session's "
+                                      f"reservation {rec.reservation_usd:.2f} USD"))
+                    continue
                 if budget_left is not None:
                     allocation = budget_left if cap is None else min(cap, budget_left)
-                    if allocation <= 0:
+                    # an allocation that cannot pay for one session would only end the run at once
+                    if allocation <= 0 or allocation + 1e-9 < rec.reservation_usd:
                         hold = "campaign budget exhausted"
                         if active == 0:   # nothing running can free budget: this run can never start
                             out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, "budget_exhausted",

@@ -10,7 +10,7 @@ It behaves like an agent session just enough to drive the controller through rea
   session mid-flight and let the next one through by deleting the file. Give it as one `--x=PATH`
   element: the command runtime bind-mounts literal absolute argv elements that exist, and a bind
   of a file would keep showing the file after the test deleted it;
-- `--mode-file=PATH`: "ok" (or no file) works; "badkey" prints an invalid-key error; "outage" prints an API 503 and exits 1; "throttle"
+- `--mode-file=PATH`: "ok" (or no file) works; "outage" prints an API 503 and exits 1; "throttle"
   prints an API 529 overloaded and exits 1; "fail" exits 1 with an ordinary error; "badkey" prints
   an invalid-API-key error (a config failure) and exits 1;
 - author: builds the bundle with the oracle's builder (sweep/harbor/pr_bundle.py) from `--repo` and

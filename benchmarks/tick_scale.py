@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import cProfile
 import dataclasses
+import gc
 import hashlib
 import io
 import json
@@ -131,29 +132,36 @@ def sweep_argv() -> list[str]:
 
 
 RSS_KB: list[int] = []     # peak resident set of each CLI subprocess, in order
+TIME_BIN = shutil.which("time", path="/usr/bin:/bin")
 
 
 def run_cli(*args: str, env: dict | None = None) -> str:
-    """Run `sweep ARGS` as a user would; return its stdout. Records the child's peak RSS."""
+    """Run `sweep ARGS` as a user would; return its stdout. Records the child's peak RSS.
+
+    The peak RSS comes from /usr/bin/time (%M), not from this process's wait4(): a child that
+    Python starts with vfork inherits this (large) benchmark process's high-water mark at exec.
+    """
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen([*sweep_argv(), *args], stdout=out, stderr=err, env=full_env, cwd=REPO,
-                             stdin=subprocess.DEVNULL)
-        _, status, usage = os.wait4(p.pid, 0)     # wait4: this child's own rusage (peak RSS)
-        p.returncode = os.waitstatus_to_exitcode(status)
-        RSS_KB.append(usage.ru_maxrss)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r") as rss:
+        prefix = [TIME_BIN, "-q", "-f", "%M", "-o", rss.name] if TIME_BIN else []
+        r = subprocess.run([*prefix, *sweep_argv(), *args], stdout=out, stderr=err, env=full_env,
+                           cwd=REPO, stdin=subprocess.DEVNULL)
+        text = rss.read().strip().splitlines()
+        if text and text[-1].isdigit():
+            RSS_KB.append(int(text[-1]))
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-    if p.returncode != 0:
-        raise RuntimeError(f"sweep {' '.join(args)} exited {p.returncode}:\n{stdout}\n{stderr}")
+    if r.returncode != 0:
+        raise RuntimeError(f"sweep {' '.join(args)} exited {r.returncode}:\n{stdout}\n{stderr}")
     return stdout
 
 
 def measure_cli(n: int | None, what: str, args: list[str], repeats: int) -> Figure:
     RSS_KB.clear()
     samples = measure(lambda: run_cli(*args), repeats)
-    return Figure(n, what, samples, note=f"peak RSS {max(RSS_KB) / 1024:.0f} MB")
+    return Figure(n, what, samples, note=f"peak RSS {max(RSS_KB) / 1024:.0f} MB" if RSS_KB else "")
 
 
 @contextlib.contextmanager
@@ -304,7 +312,8 @@ def build_campaign(workdir: Path, n: int, init_mode: str) -> tuple[Path, dict]:
     t = time.perf_counter()
     if init_mode == "cli":
         run_cli("init", str(plan), "--campaign", str(cdir))
-        info["init_rss_mb"] = round(RSS_KB[-1] / 1024)
+        if RSS_KB:
+            info["init_rss_mb"] = round(RSS_KB[-1] / 1024)
     else:
         with fsync_disabled():
             init_campaign(plan, cdir)
@@ -408,11 +417,17 @@ def bench_size(n: int, workdir: Path, repeats: int, init_mode: str, profile: Pat
                            max_gpu_parallel=s.max_gpu_parallel, max_spend_usd=s.max_spend_usd,
                            lease_ttl_s=s.tick.lease_ttl_s, submit_grace_s=s.tick.submit_grace_s)
         obs_proxy = CountingScheduler(real)
-        snaps = []
-        figs.append(Figure(n, "(b') tick observe() alone", measure(lambda: snaps.append(observe(cdir, obs_proxy)[0]), repeats),
+        box: dict = {}      # only the latest snapshot stays alive: a bigger heap slows every later figure
+
+        def observe_once():
+            box.pop("snap", None)
+            box["snap"] = observe(cdir, obs_proxy)[0]
+        figs.append(Figure(n, "(b') tick observe() alone", measure(observe_once, repeats),
                            note=f"{obs_proxy.calls['queue'] / (repeats + 1):g} queue call/observe"))
-        snap = snaps[-1]
+        snap = box.pop("snap")
         figs.append(Figure(n, "(b') tick plan_tick() alone (pure)", measure(lambda: plan_tick(snap, cfg), repeats)))
+        del snap
+        gc.collect()
 
         def tick_in_process(label: str) -> Figure:
             per_tick: list[Counter] = []

@@ -10,6 +10,7 @@ exactly the same records. The difference between the two is what that respect co
   F1        the same reads with str paths built by f-strings instead of pathlib.Path objects
   F2        the current code with the cyclic garbage collector paused while the records are read
   F1+F2     both
+  F4        os.open/os.read instead of the buffered open() in read_bytes
   F3        (in memory) pydantic's own JSON parser, RunRecord.model_validate_json, instead of
             orjson.loads + RunRecord.model_validate
 
@@ -69,8 +70,8 @@ def read_bytes_str(path: str) -> bytes | None:
         return None
 
 
-def list_runs_str(campaign: Path):
-    """runstate.runs.list_runs, with str paths (F1)."""
+def list_runs_str(campaign: Path, read=read_bytes_str):
+    """runstate.runs.list_runs, with str paths (F1); `read=tick_scale.read_bytes_os` adds F4."""
     from runstate.files import parse_model
     from runstate.models import RunRecord
     from runstate.runs import RunListing, iter_run_ids
@@ -79,7 +80,7 @@ def list_runs_str(campaign: Path):
     for run_id in iter_run_ids(campaign):
         path = f"{root}/{run_id}/state.json"
         try:
-            raw = read_bytes_str(path)
+            raw = read(path)
         except OSError as exc:
             listing.corrupt[run_id] = f"unreadable: {exc.strerror or exc}"
             continue
@@ -192,7 +193,10 @@ def main() -> int:
         print(f"campaign {cdir}: {len(ids)} runs; load avg {tick_scale.loadavg()}", file=sys.stderr)
         rows: list = []
         r = args.repeats
-        timed("floor: read every state.json + lease.json (tick_scale (a))", lambda: tick_scale.read_floor(cdir), r, rows)
+        timed("floor: os.open/os.read every state.json + lease.json (tick_scale (a))",
+              lambda: tick_scale.read_floor(cdir), r, rows)
+        timed("floor: the same with buffered open() (tick_scale (a'))",
+              lambda: tick_scale.read_floor(cdir, read=tick_scale.read_bytes_buffered), r, rows)
         cur = timed("list_runs: current", lambda: list_runs(cdir), r, rows)
         f1 = timed("list_runs: F1 str paths", lambda: list_runs_str(cdir), r, rows)
 
@@ -205,7 +209,13 @@ def main() -> int:
             with gc_paused():
                 return list_runs_str(cdir)
         f12 = timed("list_runs: F1+F2", f12_list, r, rows)
-        assert cur.records == f1.records == f2.records == f12.records and cur.corrupt == f1.corrupt
+
+        def f124_list():
+            with gc_paused():
+                return list_runs_str(cdir, read=tick_scale.read_bytes_os)
+        f124 = timed("list_runs: F1+F2+F4 (os.open/os.read)", f124_list, r, rows)
+        assert cur.records == f1.records == f2.records == f12.records == f124.records
+        assert cur.corrupt == f1.corrupt == f124.corrupt
 
         root = cdir / "runs"
         timed("read_lease x every run: current", lambda: [read_lease(root / i) for i in ids], r, rows)

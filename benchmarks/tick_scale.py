@@ -15,8 +15,9 @@ to a realistic mix of states:
   the candidates needing a GPU that the local lane does not have (held with a reason).
 
 Then it times, warm page cache, after one unmeasured warm-up each:
-  (a)  the floor: list runs/ and read every state.json + lease.json, bytes only, no parsing;
-  (a') the same plus orjson.loads of every file (parsing, no validation);
+  (a)  the floor: list runs/ and read every state.json + lease.json with os.open/os.read, bytes
+       only, no parsing; (a') the same with Python's buffered open() (as runstate reads);
+       (a'') the floor plus orjson.loads of every file (parsing, no validation);
   (b)  runstate.list_runs (read + parse + pydantic validation of every record);
   (b') tick.observe alone and tick.plan_tick alone (where the tick's time goes);
   (c)  a full tick in-process (run_tick) and `sweep tick` as a subprocess, both while busy
@@ -369,28 +370,44 @@ def build_campaign(workdir: Path, n: int, init_mode: str) -> tuple[Path, dict]:
 
 # ---- what is measured --------------------------------------------------------------------------
 
-def read_floor(cdir: Path, parse: bool = False) -> int:
+def read_bytes_os(path: str) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def read_bytes_buffered(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:      # what runstate.files.read_bytes does
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def read_floor(cdir: Path, read=read_bytes_os, parse: bool = False) -> int:
     """List runs/ and read every state.json and lease.json: the I/O any tick must do, nothing more."""
     import orjson
-    root = cdir / "runs"
+    root = f"{cdir}/runs"
     with os.scandir(root) as it:
         names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
     total = 0
     for name in names:
-        d = f"{root}/{name}/"
-        with open(d + "state.json", "rb") as f:
-            raw = f.read()
-        total += len(raw)
-        if parse:
-            orjson.loads(raw)
-        try:
-            with open(d + "lease.json", "rb") as f:
-                raw = f.read()
-        except FileNotFoundError:
-            continue
-        total += len(raw)
-        if parse:
-            orjson.loads(raw)
+        for file in ("state.json", "lease.json"):
+            raw = read(f"{root}/{name}/{file}")
+            if raw is not None:
+                total += len(raw)
+                if parse:
+                    orjson.loads(raw)
     return total
 
 
@@ -407,8 +424,12 @@ def bench_size(n: int, workdir: Path, repeats: int, init_mode: str, profile: Pat
     real = make_real_scheduler(cdir)
     try:
         log(f"N={n}: (a) floor: read state.json + lease.json bytes")
-        figs.append(Figure(n, "(a) floor: read every state.json + lease.json", measure(lambda: read_floor(cdir), repeats)))
-        figs.append(Figure(n, "(a') floor + orjson.loads of each", measure(lambda: read_floor(cdir, parse=True), repeats)))
+        figs.append(Figure(n, "(a) floor: os.open+os.read every state.json + lease.json",
+                           measure(lambda: read_floor(cdir), repeats)))
+        figs.append(Figure(n, "(a') the same with Python's buffered open()",
+                           measure(lambda: read_floor(cdir, read=read_bytes_buffered), repeats)))
+        figs.append(Figure(n, "(a'') floor (a) + orjson.loads of each file",
+                           measure(lambda: read_floor(cdir, parse=True), repeats)))
         log(f"N={n}: (b) runstate.list_runs")
         figs.append(Figure(n, "(b) runstate.list_runs", measure(lambda: list_runs(cdir), repeats)))
 

@@ -139,6 +139,36 @@ def parse_model(path: Path, raw: bytes, model: type[M]) -> Loaded[M]:
         return Loaded(path, None, "invalid: " + describe_validation_error(exc), raw=raw)
 
 
+def read_raw(path: str) -> bytes | None:
+    """The bytes of `path` (a plain string: no pathlib on hot paths), or None if it does not exist.
+
+    Opened with os.open/os.read, fresh each time (NFS close-to-open consistency).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+def parse_model_fast(path, raw: bytes, model: type[M]) -> Loaded[M]:
+    """parse_model, with pydantic's own JSON parser tried first (one pass, no dict of Python
+    objects); only a file that fails goes through the slow path that explains what is wrong."""
+    try:
+        return Loaded(path, model.model_validate_json(raw), raw=raw)
+    except ValidationError:
+        return parse_model(path, raw, model)
+
+
 def read_model(path: Path, model: type[M]) -> Loaded[M]:
     """Read and validate `path` as `model`; never raises for file content problems."""
     path = Path(path)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from runstate.errors import LeaseError
 from runstate.files import (FILE_MODE, Loaded, _unlink_quietly, dump_model, fsync_dir, parse_model,
-                            read_bytes, temp_name, write_all)
+                            parse_model_fast, read_bytes, temp_name, write_all)
 from runstate.models import Lease
 
 LEASE_FILE = "lease.json"
@@ -65,7 +65,12 @@ def lease_path(rdir: Path) -> Path:
 
 def read_lease(rdir: Path) -> LeaseView | None:
     """The current lease, or None when there is none. Never raises for bad content."""
-    path = lease_path(rdir)
+    return read_lease_at(lease_path(rdir))
+
+
+def read_lease_at(path: Path | str) -> LeaseView | None:
+    """read_lease for hot loops (`path` may be a plain string: most runs have no lease, and a
+    failed open is all that costs)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -81,8 +86,8 @@ def read_lease(rdir: Path) -> LeaseView | None:
     finally:
         os.close(fd)
     raw = b"".join(chunks)
-    loaded: Loaded[Lease] = parse_model(path, raw, Lease)
-    return LeaseView(path, raw, loaded.value, loaded.problem, st.st_mtime)
+    loaded: Loaded[Lease] = parse_model_fast(path, raw, Lease)
+    return LeaseView(Path(path), raw, loaded.value, loaded.problem, st.st_mtime)
 
 
 def acquire_lease(rdir: Path, *, run_id: str, token: str, holder: str = "tick",

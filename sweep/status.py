@@ -6,12 +6,13 @@ which roles are cooling down, and what is stuck and why.
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 from runstate.files import read_model
-from runstate.lease import read_lease
+from runstate.lease import read_lease_at
 from runstate.markers import read_drain, read_outage
 from runstate.models import RunState, TickReport
 from runstate.runs import list_runs, runs_root
@@ -26,14 +27,14 @@ def collect_status(campaign_dir: Path, now: float | None = None) -> dict[str, An
     campaign = load_campaign(campaign_dir)
     s = campaign.settings
     listing = list_runs(campaign_dir)
-    root = runs_root(campaign_dir)
+    root = os.fspath(runs_root(campaign_dir))
     counts: dict[str, int] = {"queued": 0, "active": 0, "ended": 0}
     outcomes: dict[str, int] = {}
     active, held, errors, ended = [], [], [], []
     held_leases = 0
     for run_id, rec in listing.records.items():
         counts[rec.state.value] += 1
-        lease = read_lease(root / run_id)
+        lease = read_lease_at(f"{root}/{run_id}/lease.json")
         if lease is not None:
             held_leases += 1
         if rec.state is RunState.ended:

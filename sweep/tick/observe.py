@@ -7,11 +7,12 @@ writing its ending.
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 from runstate.files import read_model
-from runstate.lease import read_lease
+from runstate.lease import read_lease_at
 from runstate.markers import is_draining, read_outage
 from runstate.models import RunState, SpendLedger
 from runstate.runs import list_runs, runs_root
@@ -31,13 +32,13 @@ def observe(campaign_dir: Path, scheduler) -> tuple[Snapshot, dict]:
     now = time.time()
     jobs = {jid: QueueJob(jid, info.name, info.gpus) for jid, info in queue.jobs.items()} if queue.known else {}
     listing = list_runs(campaign_dir)
-    root = runs_root(campaign_dir)
+    root = os.fspath(runs_root(campaign_dir))
     runs = {}
     for run_id, rec in listing.records.items():
-        rdir = root / run_id
-        lease = read_lease(rdir)
+        lease = read_lease_at(f"{root}/{run_id}/lease.json")
         # only runs that were ever admitted can have spent anything; ended runs carry spent_usd
-        committed = read_committed(rdir) if rec.allocation_usd is not None and rec.state is not RunState.ended else 0.0
+        committed = (read_committed(Path(root) / run_id)
+                     if rec.allocation_usd is not None and rec.state is not RunState.ended else 0.0)
         runs[run_id] = RunView(rec, lease, committed)
     stamps = {}
     for role in ROLES:

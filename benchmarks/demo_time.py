@@ -5,7 +5,8 @@
 backend, oracle runtimes, a 0.5 s pause between ticks) until every run that can end has ended. This
 script runs it as a user would (the `sweep` console script, a subprocess), several times, and prints
 the wall time, the demo's own "done in" figure (the tick loop alone), the runs and their outcomes
-(from `sweep status --json`), and the user+system CPU time the demo and its jobs used.
+(from `sweep status --json`), and the user+system CPU time of the demo and of every process it
+waited for (its local controller jobs included).
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/demo_time.py               # 3 repetitions
@@ -81,11 +82,11 @@ def main() -> int:
         return f"{statistics.median(vals):.2f} s (min {min(vals):.2f}, max {max(vals):.2f})"
 
     print(f"\n`sweep demo`, {args.repeats} repetitions, each in a fresh temp directory, {os.cpu_count()} CPUs")
-    print(f"  runs in the panel:          {rows[0]['runs']} (outcomes {rows[0]['outcomes']}, "
+    print(f"  runs in the panel:            {rows[0]['runs']} (outcomes {rows[0]['outcomes']}, "
           f"held {rows[0]['held']})")
-    print(f"  wall time, end to end:      {fig('wall_s')}")
-    print(f"  tick loop (demo's 'done'):  {fig('loop_s')}")
-    print(f"  CPU time (user+sys, waited): {fig('cpu_s')}")
+    print(f"  wall time, end to end:        {fig('wall_s')}")
+    print(f"  tick loop (demo's 'done in'): {fig('loop_s')}")
+    print(f"  CPU, user+sys (waited-for):   {fig('cpu_s')}")
     return 0
 
 

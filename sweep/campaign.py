@@ -95,6 +95,7 @@ def resolve_candidates(plan: Plan, plan_path: Path) -> list[FrozenCandidate]:
                 repo = (plan_path.parent / repo).resolve()
             cand = cand.model_copy(update={"repo": str(repo)})
         cand = cand.model_copy(update={"options": options})
+        check_capabilities(options, plan_path, f"candidates.{i}.options")
         run_id = cand.derived_id()
         if run_id in seen:
             raise ConfigError(f"run id {run_id!r} of candidate {i} collides with candidate {seen[run_id]}",
@@ -108,6 +109,22 @@ def resolve_candidates(plan: Plan, plan_path: Path) -> list[FrozenCandidate]:
         seen_pr[key] = i
         out.append(FrozenCandidate(run_id=run_id, panel_index=i, pr_key=key, candidate=cand))
     return out
+
+
+def check_capabilities(options, plan_path: Path, where: str) -> None:
+    """Fail at `init`, before any paid work, for a provider or runtime this sweep cannot run."""
+    from sweep.providers import PROVIDERS
+    from sweep.runtimes import RUNTIMES
+    if options.provider not in PROVIDERS:
+        raise ConfigError(f"provider {options.provider!r} is not available in this sweep "
+                          f"(available: {', '.join(sorted(PROVIDERS))})", path=plan_path,
+                          field=f"{where}.provider")
+    for role in ("author", "reviewer", "solver"):
+        name = getattr(options.runtimes, role)
+        if name not in RUNTIMES:
+            raise ConfigError(f"session runtime {name!r} is not available in this sweep "
+                              f"(available: {', '.join(sorted(RUNTIMES))})", path=plan_path,
+                              field=f"{where}.runtimes.{role}")
 
 
 @dataclass

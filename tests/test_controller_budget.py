@@ -5,13 +5,11 @@ has left); each controller reserves `worker_reservation_usd` in its own spend.js
 session and settles after. So the campaign's spend, summed over the runs' spend.json, stays within
 `max_spend_usd` (plus only the recorded overruns of single sessions) without any shared lock.
 
-Cost: the `command` runtime cannot measure what a session cost (sweep/runtimes/command.py reports
-None), so the controller charges such a session its whole reservation. To show an actual cost
-above the reservation (an overrun), tests/fakes/costed.py adds a fake runtime that reads the cost
-the fake agent prints; it stands in for the agent CLIs that report cost, which are not built yet.
+Cost: a `command` agent that prints no usage line is charged its whole reservation (its cost is
+unknown). To show an actual cost above the reservation (an overrun), the fake agent reports its
+cost the way the `command` runtime reads it, a `{"sweep_usage": {"cost_usd": X}}` line on stdout.
 """
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -23,7 +21,6 @@ from sweep.harbor.samples import make_pr_repo
 from tests.campaigns import sweep, tick_until_done, write_plan
 from tests.fakes.runs import agent_options, candidate, count, events, local_plan, record, wait_until
 
-FAKE_CONTROLLER = Path(__file__).resolve().parent / "fakes" / "controller.py"
 EPS = 1e-9
 
 
@@ -103,10 +100,9 @@ def test_a_session_costing_more_than_its_reservation_stops_paid_work_on_that_run
                    "reviewer": agent_options("reviewer", "--cost", cost),
                    "solver": agent_options("solver", "--cost", cost)}
         cands.append(candidate(f"pr-{i}", src, runtime_options=options, max_spend_usd=1.0))
-    runtimes = {"author": "command-costed", "reviewer": "command-costed", "solver": "command-costed"}
+    runtimes = {"author": "command", "reviewer": "command", "solver": "command"}
     plan = local_plan(cands, defaults={"runtimes": runtimes, "worker_reservation_usd": 0.2},
                       max_spend_usd=2.0, max_parallel=2, cpu_slots=2)
-    plan["tick"]["controller_command"] = [sys.executable, str(FAKE_CONTROLLER), "--costed"]
     d = tmp_path / "camp"
     sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
     st = tick_until_done(d, timeout=120)

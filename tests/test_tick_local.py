@@ -226,3 +226,16 @@ def test_not_a_campaign_is_a_clear_error(tmp_path):
     assert r.returncode == 2 and "not a sweep campaign" in r.stderr and "Traceback" not in r.stderr
     r = sweep("status", "--campaign", str(tmp_path / "nope"), check=False)
     assert r.returncode == 2 and "sweep init" in r.stderr
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"provider": "modal"}, "candidates.1.options.provider"),
+    ({"runtimes": {"solver": "claude-code"}}, "candidates.1.options.runtimes.solver"),
+])
+def test_init_refuses_a_provider_or_runtime_it_cannot_run(tmp_path, options, field):
+    plan = payload_plan(2)
+    plan["candidates"][1]["options"] = options
+    r = sweep("init", str(write_plan(tmp_path / "p.json", plan)), "--campaign", str(tmp_path / "c"),
+              check=False)
+    assert r.returncode == 2 and field in r.stderr and "not available" in r.stderr, r.stderr
+    assert not (tmp_path / "c").exists()

@@ -17,7 +17,8 @@ It behaves like an agent session just enough to drive the controller through rea
   the base/head commits named in the prompt, into `task/` of the workspace;
 - reviewer: writes an `accept` verdict to the output file;
 - solver: changes nothing (its rollout scores 0, which is evidence, not a failure);
-- `--cost USD`: prints `fake-agent-cost-usd: USD` on stderr (read by tests/fakes/costed.py).
+- `--cost USD`: reports its cost the way the `command` runtime reads it: a line
+  `{"sweep_usage": {"cost_usd": USD}}` on stdout.
 """
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost", default=None)
     args = parser.parse_args(argv)
     if args.cost is not None:
-        print(f"fake-agent-cost-usd: {args.cost}", file=sys.stderr, flush=True)
+        print(json.dumps({"sweep_usage": {"cost_usd": float(args.cost)}}), flush=True)
     if args.hold_while:
         deadline = time.monotonic() + HOLD_LIMIT_S
         while os.path.exists(args.hold_while) and time.monotonic() < deadline:

@@ -1,11 +1,10 @@
 """`sweep controller` with test-only changes to its surroundings (a fake host, a fake runtime).
 
-    python tests/fakes/controller.py [--no-bwrap] [--costed] --campaign DIR --token T RUN_ID
+    python tests/fakes/controller.py [--no-bwrap] --campaign DIR --token T RUN_ID
 
 - `--no-bwrap`: behave as on a host where bubblewrap is unusable (its probe fails), which the
   local provider supports with isolation "none": sessions then run as plain process groups, with
-  no pid namespace to take them down when the controller goes;
-- `--costed`: register the fake cost-reporting runtime `command-costed` (tests/fakes/costed.py).
+  no pid namespace to take them down when the controller goes.
 
 A plan runs it with `tick.controller_command = [python, "<this file>", "--no-bwrap"]`.
 """
@@ -22,10 +21,6 @@ def main(args: list[str]) -> int:
         args.remove("--no-bwrap")
         from sweep.providers.local import bwrap
         bwrap._probe = (None, "bubblewrap disabled by tests/fakes/controller.py (a host without it)")
-    if "--costed" in args:
-        args.remove("--costed")
-        from sweep.runtimes import RUNTIMES
-        RUNTIMES["command-costed"] = "tests.fakes.costed:CostedCommandRuntime"
     from sweep.cli import main as sweep_main
     return sweep_main(["controller", *args])
 

@@ -16,7 +16,7 @@ to a realistic mix of states:
 
 Then it times, warm page cache, after one unmeasured warm-up each:
   (a)  the floor: list runs/ and read every state.json + lease.json with os.open/os.read, bytes
-       only, no parsing; (a') the same with Python's buffered open() (as runstate reads);
+       only, no parsing; (a') the same with Python's buffered open() (runstate.files.read_bytes);
        (a'') the floor plus orjson.loads of every file (parsing, no validation);
   (b)  runstate.list_runs (read + parse + pydantic validation of every record);
   (b') tick.observe alone and tick.plan_tick alone (where the tick's time goes);
@@ -28,12 +28,13 @@ The in-process ticks get the real local scheduler wrapped in a proxy that COUNTS
 change what they return), so the table shows how many queue calls each tick made.
 
 Usage (from the repository root, with the project's venv):
-    .venv/bin/python benchmarks/tick_scale.py                    # 1k, 10k, 100k
+    .venv/bin/python benchmarks/tick_scale.py                    # 1k, 10k, 100k: ~8 min, 1.6 GB of disk
     .venv/bin/python benchmarks/tick_scale.py --sizes 1000 --repeats 3
     .venv/bin/python benchmarks/tick_scale.py --sizes 100000 --profile /tmp/tick.prof
 Options: --init cli|fast|auto (auto: `sweep init` subprocess up to 10k runs; above that the same
-init_campaign code in-process with fsync disabled, because real-fsync init of 100k runs takes
-minutes on its own — its rate is still measured and printed), --workdir, --keep, --json OUT.
+init_campaign code in-process with fsync disabled, because a real-fsync init of 100k runs takes
+about 3 minutes on its own (167 s measured; see docs/benchmarks.md) — the in-process rate is still
+printed), --workdir (e.g. on NFS), --keep, --json OUT.
 """
 from __future__ import annotations
 

@@ -8,18 +8,28 @@ Guarantees, whatever process is killed at whatever line:
 
 Imports nothing from `sweep` or `roles`.
 """
-from runstate.errors import (ConfigError, LeaseError, ProviderError, SchedulerError, StateError,
-                             SweepError)
-from runstate.files import (Loaded, append_line, make_private_dir, read_model, write_atomic,
-                            write_model_atomic)
-from runstate.lease import (LeaseLost, LeaseVerdict, LeaseView, acquire_lease, hand_over_lease,
-                            heartbeat_lease, judge_lease, read_lease, reap_lease, release_lease)
-from runstate.markers import (active_cooldowns, clear_drain, is_draining, read_drain, read_outage,
-                              request_drain, stamp_outage)
-from runstate.models import (PHASES, DrainMarker, Event, Lease, OutageStamp, Outcome, Phase,
-                             RunRecord, RunState, SpendEntry, SpendLedger, TickReport,
-                             validate_run_id)
-from runstate.runs import (RunListing, append_event, create_run_dir, list_runs, load_record,
-                           read_events, run_dir, save_record)
+from importlib import import_module
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# name -> module, resolved on first use (PEP 562). Importing runstate.errors runs this file first;
+# eager imports here would load pydantic and every model for `sweep --help`.
+_EXPORTS = {name: "runstate." + module for module, names in {
+    "errors": "ConfigError LeaseError ProviderError SchedulerError StateError SweepError",
+    "files": "Loaded append_line make_private_dir read_model write_atomic write_model_atomic",
+    "lease": "LeaseLost LeaseVerdict LeaseView acquire_lease hand_over_lease heartbeat_lease judge_lease "
+             "read_lease reap_lease release_lease",
+    "markers": "active_cooldowns clear_drain is_draining read_drain read_outage request_drain stamp_outage",
+    "models": "PHASES DrainMarker Event Lease OutageStamp Outcome Phase RunRecord RunState SpendEntry "
+              "SpendLedger TickReport validate_run_id",
+    "runs": "RunListing append_event create_run_dir list_runs load_record read_events run_dir save_record",
+}.items() for name in names.split()}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runstate' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

@@ -39,6 +39,7 @@ def render_entry(campaign: CampaignFile, campaign_dir: Path, python: str | None 
     lines = [f"{begin} (campaign {s.name} at {campaign_dir}; managed by `sweep scrontab`)",
              f"#SCRON --job-name={campaign.tick_job_name}",
              f"#SCRON --time={s.scrontab.time}",
+             f"#SCRON --mem={s.scrontab.mem}",
              f"#SCRON --output={shlex.quote(str(campaign_dir / 'tick.log'))}",
              f"#SCRON --open-mode=append"]
     for opt in ("partition", "qos", "account"):

@@ -6,6 +6,7 @@ which roles are cooling down, and what is stuck and why.
 """
 from __future__ import annotations
 
+import gc
 import os
 import time
 from pathlib import Path
@@ -22,6 +23,16 @@ ROLES = ("author", "reviewer", "solver")
 
 
 def collect_status(campaign_dir: Path, now: float | None = None) -> dict[str, Any]:
+    collecting = gc.isenabled()
+    gc.disable()     # acyclic records and dicts: see sweep/tick/__init__.py
+    try:
+        return _collect_status(campaign_dir, now)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
     now = time.time() if now is None else now
     campaign_dir = Path(campaign_dir).resolve()
     campaign = load_campaign(campaign_dir)

@@ -162,6 +162,14 @@ class ScrontabSettings(Strict):
     qos: str | None = None
     account: str | None = None
     time: str = "00:05:00"
+    mem: str = "2G"            # a tick holds every record in memory: ~6 KB a run (620 MB at 100k runs)
+
+    @field_validator("mem")
+    @classmethod
+    def _check_mem(cls, v: str) -> str:
+        if not re.fullmatch(r"\d+[KMGTkmgt]?", v):
+            raise ValueError(f"{v!r} is not a Slurm memory size: a number with an optional K, M, G or T")
+        return v
 
     @field_validator("partition", "qos", "account")
     @classmethod

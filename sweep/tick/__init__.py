@@ -6,6 +6,7 @@ ends it after `tick.max_runtime_s`, so a hung tick never blocks the next one for
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -46,9 +47,13 @@ def run_tick(campaign_dir: Path, *, scheduler=None) -> TickOutcome:
     max_runtime = int(campaign.settings.tick.max_runtime_s)
     old = signal.signal(signal.SIGALRM, _overran)
     signal.alarm(max_runtime)
+    collecting = gc.isenabled()
+    gc.disable()     # a one-shot pass over acyclic records: the collector would only rescan them
     try:
         report = _tick(campaign_dir, campaign, scheduler or _scheduler_for(campaign_dir, campaign))
     finally:
+        if collecting:
+            gc.enable()
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
         lock.release()

@@ -14,26 +14,9 @@ import tomllib
 from pathlib import Path
 
 from sweep.harbor import layout
+from sweep.providers.audit import walk_tree
 
 MAX_PROBLEMS = 50
-
-
-def _walk(root: Path):
-    """(relative posix path, lstat) for every entry under root, sorted, links not followed."""
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
-        abs_dir = root / rel_dir if rel_dir else root
-        try:
-            names = sorted(os.listdir(abs_dir))
-        except OSError:
-            continue
-        for name in names:
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            st = os.lstat(abs_dir / name)
-            yield rel, st
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(rel)
 
 
 def _check_toml(path: Path, problems: list[str]) -> None:
@@ -106,7 +89,7 @@ def validate_bundle(bundle_dir: str | Path) -> list[str]:
             encoding="utf-8", errors="replace").strip():
         problems.append(f"{layout.INSTRUCTION}: blank")
     resolved_root = root.resolve()
-    for rel, st in _walk(root):
+    for rel, st in walk_tree(root):
         why = layout.unsafe_relpath(rel)
         if why:
             problems.append(f"{why}")
@@ -133,7 +116,7 @@ def bundle_sha256(bundle_dir: str | Path) -> str:
     """
     root = Path(bundle_dir)
     outer = hashlib.sha256()
-    for rel, st in _walk(root):
+    for rel, st in walk_tree(root):
         if stat.S_ISREG(st.st_mode):
             inner = hashlib.sha256()
             with open(root / rel, "rb") as fh:

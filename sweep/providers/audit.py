@@ -83,11 +83,10 @@ def _state(path: Path, st: os.stat_result, copy_to: Path | None) -> PathState:
     return PathState("other", 0, mode, st.st_mtime_ns, "")
 
 
-def snapshot(root: Path, *, copy_to: Path | None = None,
-             copy_if: Callable[[str], bool] | None = None) -> dict[str, PathState]:
-    """Every path under `root` (root itself excluded), optionally copying those `copy_if` selects."""
+def walk_tree(root: Path):
+    """(relative posix path, lstat) for every entry under `root` (root excluded), sorted, links not
+    followed; directories come before what they hold. Entries that vanish meanwhile are skipped."""
     root = Path(root)
-    states: dict[str, PathState] = {}
     stack = [""]
     while stack:
         rel_dir = stack.pop()
@@ -98,18 +97,26 @@ def snapshot(root: Path, *, copy_to: Path | None = None,
             continue
         for name in names:
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            path = abs_dir / name
             try:
-                st = os.lstat(path)
+                st = os.lstat(abs_dir / name)
             except OSError:
                 continue
-            target = copy_to / rel if copy_to is not None and copy_if is not None and copy_if(rel) else None
-            state = _state(path, st, target)
-            states[rel] = state
-            if state.kind == "dir":
-                if target is not None:
-                    target.mkdir(parents=True, exist_ok=True)
+            yield rel, st
+            if stat.S_ISDIR(st.st_mode):
                 stack.append(rel)
+
+
+def snapshot(root: Path, *, copy_to: Path | None = None,
+             copy_if: Callable[[str], bool] | None = None) -> dict[str, PathState]:
+    """Every path under `root` (root itself excluded), optionally copying those `copy_if` selects."""
+    root = Path(root)
+    states: dict[str, PathState] = {}
+    for rel, st in walk_tree(root):
+        target = copy_to / rel if copy_to is not None and copy_if is not None and copy_if(rel) else None
+        state = _state(root / rel, st, target)
+        states[rel] = state
+        if state.kind == "dir" and target is not None:
+            target.mkdir(parents=True, exist_ok=True)
     return states
 
 

@@ -10,7 +10,6 @@ job never reached the queue is reaped. A failed sbatch releases the lease and is
 from __future__ import annotations
 
 import secrets
-import sys
 from pathlib import Path
 
 from runstate.errors import SchedulerError, SweepError
@@ -62,13 +61,21 @@ class Actor:
         if ok:
             self._event(a.run_id, "lease_reaped", detail=a.why)
 
-    def _do_requeue(self, a: Requeue) -> None:
+    def _take_back(self, a: Requeue | EndRun) -> tuple[RunRecord, Path] | None:
+        """The run's record if unchanged since observed, with the dead holder's lease reaped."""
         rec = self._fresh(a)
         if rec is None:
-            return
+            return None
         rdir = run_dir(self.dir, a.run_id)
         if a.lease is not None:
             reap_lease(rdir, a.lease)
+        return rec, rdir
+
+    def _do_requeue(self, a: Requeue) -> None:
+        taken = self._take_back(a)
+        if taken is None:
+            return
+        rec, rdir = taken
         new = rec.model_copy(update={"state": RunState.queued, "attempts": rec.attempts + 1,
                                      "canary_for": None, "last_error": a.why})
         save_record(rdir, new)
@@ -77,12 +84,10 @@ class Actor:
         self.done.append({"kind": "requeue", "run_id": a.run_id, "detail": a.why})
 
     def _do_endrun(self, a: EndRun) -> None:
-        rec = self._fresh(a)
-        if rec is None:
+        taken = self._take_back(a)
+        if taken is None:
             return
-        rdir = run_dir(self.dir, a.run_id)
-        if a.lease is not None:
-            reap_lease(rdir, a.lease)
+        rec, rdir = taken
         attempts = rec.attempts + 1 if a.reason == "max_attempted" else rec.attempts
         new = rec.model_copy(update={"state": RunState.ended, "outcome": a.outcome, "reason": a.reason,
                                      "attempts": attempts, "canary_for": None, "hold_reason": None,

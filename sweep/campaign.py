@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 import tomllib
 from dataclasses import dataclass
@@ -22,8 +21,7 @@ from pydantic import ValidationError
 
 from runstate import RunRecord, create_run_dir, load_record, save_record
 from runstate.errors import ConfigError
-from runstate.files import (describe_validation_error, make_private_dir, read_model,
-                            write_atomic, write_model_atomic)
+from runstate.files import make_private_dir, read_model, write_atomic, write_model_atomic
 from sweep import __version__
 from sweep.models.plan import CampaignFile, FrozenCandidate, Plan
 

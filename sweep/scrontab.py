@@ -41,7 +41,7 @@ def render_entry(campaign: CampaignFile, campaign_dir: Path, python: str | None 
              f"#SCRON --time={s.scrontab.time}",
              f"#SCRON --mem={s.scrontab.mem}",
              f"#SCRON --output={shlex.quote(str(campaign_dir / 'tick.log'))}",
-             f"#SCRON --open-mode=append"]
+             "#SCRON --open-mode=append"]
     for opt in ("partition", "qos", "account"):
         value = getattr(s.scrontab, opt)
         if value:

@@ -5,7 +5,6 @@ import random
 import signal
 import time
 
-import orjson
 import pytest
 
 from runstate import (RunRecord, acquire_lease, create_run_dir, hand_over_lease, heartbeat_lease,

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from runstate import (acquire_lease, load_record, read_lease, request_drain, run_dir, save_record)
+from runstate import acquire_lease, load_record, read_lease, run_dir
 from runstate.models import RunState
 from sweep.campaign import load_campaign
 from tests.campaigns import payload_plan, status_json, sweep, tick_until_done, write_plan

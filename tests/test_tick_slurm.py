@@ -172,7 +172,6 @@ def test_a_failed_sbatch_releases_the_lease_and_is_shown(slurm_cluster, tmp_path
 def test_a_hung_tick_ends_itself_and_frees_the_lock(slurm_cluster, tmp_path):
     """slurmctld frozen (SIGSTOP): squeue hangs; the tick's own deadline ends it."""
     import signal
-    import subprocess
     env = {"SLURM_CONF": str(slurm_cluster.conf)}
     plan = payload_plan(1, backend="slurm", scheduler={"lanes": LANES, "call_timeout_seconds": 120},
                         tick={"max_runtime_s": 10})

@@ -310,7 +310,8 @@ def build_campaign(workdir: Path, n: int, init_mode: str) -> tuple[Path, dict]:
     cdir = workdir / f"campaign-{n}"
     plan = write_plan(workdir / f"plan-{n}.json", n, sample_repo(workdir))
     info: dict = {"init_mode": init_mode}
-    log(f"N={n}: sweep init ({'`sweep init` subprocess, real fsync' if init_mode == 'cli' else 'init_campaign in-process, fsync disabled'}) ...")
+    how = "`sweep init` subprocess, real fsync" if init_mode == "cli" else "init_campaign in-process, fsync disabled"
+    log(f"N={n}: sweep init ({how}) ...")
     t = time.perf_counter()
     if init_mode == "cli":
         run_cli("init", str(plan), "--campaign", str(cdir))
@@ -447,7 +448,7 @@ def bench_size(n: int, workdir: Path, repeats: int, init_mode: str, profile: Pat
         figs.append(Figure(n, "(b') tick observe() alone", measure(observe_once, repeats),
                            note=f"{obs_proxy.calls['queue'] / (repeats + 1):g} queue call/observe"))
         snap = box.pop("snap")
-        figs.append(Figure(n, "(b') tick plan_tick() alone (pure)", measure(lambda: plan_tick(snap, cfg), repeats)))
+        figs.append(Figure(n, "(b') tick plan_tick() alone (pure)", measure(lambda s=snap: plan_tick(s, cfg), repeats)))
         del snap
         gc.collect()
 

@@ -172,7 +172,7 @@ def _reissue(rdir: Path, tomb: Path, lease: Lease) -> Lease:
     except FileExistsError:
         _unlink_quietly(tmp)
         _unlink_quietly(tomb)
-        raise LeaseLost("a new lease was created while ours was being re-issued", path=path)
+        raise LeaseLost("a new lease was created while ours was being re-issued", path=path) from None
     finally:
         _unlink_quietly(tmp)
     _unlink_quietly(tomb)

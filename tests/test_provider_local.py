@@ -15,9 +15,10 @@ import pytest
 from runstate.errors import ConfigError, ProviderError
 from sweep.providers import ExecSpec, get_provider
 from sweep.providers.local import LocalProvider, child_path
-local_module_name = "sweep.providers.local"
 from sweep.providers.local.bwrap import probe_bwrap
 from sweep.providers.local.process import Redactor
+
+local_module_name = "sweep.providers.local"
 
 HAVE_BWRAP = probe_bwrap()[0] is not None
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap is not usable here (.ci/run installs it)")
@@ -91,7 +92,8 @@ def test_caller_environment_does_not_leak_except_the_allowlist(provider, tmp_pat
     assert seen["ANTHROPIC_API_KEY"] == "REDACTED"      # present in the child, redacted in the transcript
     assert "ANTHROPIC_BASE_URL" not in seen             # not set by the caller: not invented
     assert seen["EXTRA"] == "1"
-    assert set(seen) <= {"PATH", "LANG", "HOME", "TMPDIR", "ANTHROPIC_API_KEY", "EXTRA", "PWD", "SHLVL", "_", "LC_CTYPE"}
+    assert set(seen) <= {"PATH", "LANG", "HOME", "TMPDIR", "ANTHROPIC_API_KEY", "EXTRA", "PWD", "SHLVL", "_",
+                         "LC_CTYPE"}
     assert "relative/bin" not in seen["PATH"]
     assert seen["HOME"] != os.environ.get("HOME")
     assert "sk-ant-from-caller-xyz" not in (tmp_path / "stdout.txt").read_text()
@@ -105,7 +107,8 @@ def test_secret_is_injected_from_its_file_and_reaches_no_file(provider, tmp_path
     logs = tmp_path / "logs"
     logs.mkdir()
     code = ("import os, hashlib, sys; v = os.environ['ANTHROPIC_API_KEY']; "
-            "print('key is', v); print(v[:6], v[6:], file=sys.stderr); print('sha', hashlib.sha256(v.encode()).hexdigest())")
+            "print('key is', v); print(v[:6], v[6:], file=sys.stderr); "
+            "print('sha', hashlib.sha256(v.encode()).hexdigest())")
     out = run(provider, tmp_path, py(code), secret_env={"ANTHROPIC_API_KEY": secret_file},
               stdout_path=logs / "out.txt", stderr_path=logs / "err.txt")
     import hashlib

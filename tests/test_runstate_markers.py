@@ -74,7 +74,8 @@ def _roundtrip(model):
                  gpus=st.integers(0, 8), created=finite, updated=finite, last_error=st.none() | text,
                  allocation_usd=st.none() | finite,
                  checkpoints=st.dictionaries(st.sampled_from(["intake", "author"]),
-                                             st.dictionaries(st.text(max_size=5), st.integers(-2**63, 2**63 - 1)), max_size=2)))
+                                             st.dictionaries(st.text(max_size=5), st.integers(-2**63, 2**63 - 1)),
+                                             max_size=2)))
 def test_run_record_roundtrip(rec):
     _roundtrip(rec)
 

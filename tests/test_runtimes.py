@@ -308,7 +308,8 @@ ws = pathlib.Path(sys.argv[1])
 """)
     prompt = f"$(touch {pwned}) `touch {pwned}` ; touch {pwned}"
     result, req = session(tmp_path, writer_role(), agent, prompt=prompt,
-                          extra_argv=["--prompt={prompt_file}", "{prompt_file}", "--role", "{role}", "; touch " + str(pwned)])
+                          extra_argv=["--prompt={prompt_file}", "{prompt_file}", "--role", "{role}",
+                                      "; touch " + str(pwned)])
     assert result.status == "ok", result.evidence
     got = json.loads((tmp_path / "ws" / "task" / "argv.json").read_text())
     prompt_file = str(req.session_dir.resolve() / "prompt.md")

@@ -75,7 +75,8 @@ def test_oracle_task_scores_1_with_the_oracle_solver_and_0_with_nop(tmp_path, is
     nop_trial = run_trial(bundle, idle_repo, provider=run.provider, workdir=tmp_path / "t-nop", timeout_s=120)
     assert (oracle_trial.reward, nop_trial.reward) == (1.0, 0.0), (oracle_trial.detail, nop_trial.detail)
     assert oracle_trial.environment_fidelity == "host"
-    assert run_trial(bundle, "reference", provider=run.provider, workdir=tmp_path / "t-ref", timeout_s=120).reward == 1.0
+    ref = run_trial(bundle, "reference", provider=run.provider, workdir=tmp_path / "t-ref", timeout_s=120)
+    assert ref.reward == 1.0
     assert run_trial(bundle, "empty", provider=run.provider, workdir=tmp_path / "t-empty", timeout_s=120).reward == 0.0
 
 
@@ -140,7 +141,8 @@ def test_oracle_reviewer_accepts_exactly_when_the_gates_passed(tmp_path, isolati
     shutil.copytree(bundle, review_ws / "task")
     schema = ROLES["reviewer"].output_schema
 
-    accepted = run.session("reviewer", "oracle", review_ws, {"gates": PASSING_GATES, "bundle_dir": str(review_ws / "task")})
+    accepted = run.session("reviewer", "oracle", review_ws,
+                           {"gates": PASSING_GATES, "bundle_dir": str(review_ws / "task")})
     assert accepted.status == "ok" and accepted.structured_output["verdict"] == "accept"
     assert validate_instance(accepted.structured_output, schema) == []
 

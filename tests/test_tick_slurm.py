@@ -54,7 +54,7 @@ def test_campaign_on_slurm_respects_limits_and_lanes_and_every_run_ends(slurm_cl
     st = status_json(d, env=env)
     assert st["outcomes"] == {"verified": 12}, st
     assert max_ours >= 2 and max_gpu >= 1
-    for jid, name, _, part, gres in seen_gpu_rows:
+    for _jid, name, _, part, gres in seen_gpu_rows:
         run_id = name.split(".", 3)[3]
         want = gpus[int(run_id.split("-")[1])]
         assert part == "gpu" and gres.replace("gres/", "gres:") == f"gres:gpu:{want}", (name, gres)

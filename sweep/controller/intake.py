@@ -49,13 +49,13 @@ class GithubSettings:
             try:
                 return Path(self.token_file).read_text().strip() or None
             except OSError as exc:
-                raise IntakeFailed(f"cannot read the GitHub token file {self.token_file}: {exc.strerror}")
+                raise IntakeFailed(f"cannot read the GitHub token file {self.token_file}: {exc.strerror}") from exc
         return os.environ.get("GITHUB_TOKEN") or None
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_TERMINAL_PROMPT": "0",
-           "HOME": os.environ.get("HOME", "/tmp"), "LC_ALL": "C"}
+           "HOME": os.environ.get("HOME", "/tmp"), "LC_ALL": "C"}   # noqa: S108 - git only reads HOME
     try:
         r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
                            timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
@@ -121,14 +121,15 @@ def _from_local(repo: str, base: str, head: str, title: str | None, body: str | 
 
 
 def _api_get(settings: GithubSettings, path: str) -> dict | list:
-    req = urllib.request.Request(settings.api_url + path, headers={
+    # The base URL is the operator's (SWEEP_GITHUB_API), never the PR's: a trusted scheme.
+    req = urllib.request.Request(settings.api_url + path, headers={  # noqa: S310
         "Accept": "application/vnd.github+json", "User-Agent": "sweep",
         "X-GitHub-Api-Version": "2022-11-28"})
     token = settings.token()
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, timeout=API_TIMEOUT_S) as resp:
+        with urllib.request.urlopen(req, timeout=API_TIMEOUT_S) as resp:  # noqa: S310 - see above
             return orjson.loads(resp.read())
     except urllib.error.HTTPError as exc:
         if exc.code in (404, 410, 422):

@@ -284,8 +284,8 @@ def gates(ctx: Ctx):
                 rewards[kind].append(trial.reward)
                 details[kind].append(trial.detail)
                 shutil.rmtree(work, ignore_errors=True)
-        results["reference"] = {"ok": all(r == 1.0 for r in rewards["reference"]),
-                                "rewards": rewards["reference"], "detail": "; ".join(d for d in details["reference"] if d)[:300]}
+        results["reference"] = {"ok": all(r == 1.0 for r in rewards["reference"]), "rewards": rewards["reference"],
+                                "detail": "; ".join(d for d in details["reference"] if d)[:300]}
         results["empty"] = {"ok": all(r == 0.0 for r in rewards["empty"]),
                             "rewards": rewards["empty"], "detail": "; ".join(d for d in details["empty"] if d)[:300]}
         results["repeat"] = {"ok": len(set(rewards["reference"])) == 1 and len(set(rewards["empty"])) == 1,
@@ -327,7 +327,8 @@ def review(ctx: Ctx):
                {"bundle_sha256": sha, "gates_bundle_sha256": gates_cp.get("bundle_sha256"),
                 "verdict": verdict, "at": time.time()})
     if decision == "accept":
-        nxt = Phase.solve if _options(ctx).quality.run_rollout and _options(ctx).quality.rollouts > 0 else Phase.evaluate
+        quality = _options(ctx).quality
+        nxt = Phase.solve if quality.run_rollout and quality.rollouts > 0 else Phase.evaluate
         return nxt, {"verdict": "accept", "bundle_sha256": sha, "revision": revision}
     if decision == "revise":
         return _repair_or_end(ctx, "review", findings or [verdict.get("rationale", "reviewer asked for a revision")])

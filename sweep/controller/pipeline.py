@@ -298,7 +298,8 @@ def _end(ctx: Ctx, end: Ending) -> int:
                    checkpoints=checkpoints, last_error=None, hold_reason=None, canary_for=None)
     write_report(ctx, rec, end.detail)
     ctx.event("ended", from_state="active", to_state="ended",
-              detail=f"{end.outcome.value}" + (f":{end.reason}" if end.reason else "") + (f" — {end.detail}" if end.detail else ""))
+              detail=f"{end.outcome.value}" + (f":{end.reason}" if end.reason else "")
+              + (f" — {end.detail}" if end.detail else ""))
     _release(ctx)
     ctx.say(f"ended {end.outcome.value}" + (f" ({end.reason})" if end.reason else ""))
     return 0

@@ -190,8 +190,8 @@ def build_bundle_from_git(source: dict, out: Path) -> BundleReport:
         blob = _git(repo, "cat-file", "blob", f"{head}:{path}")
         _write(out / layout.TEST_FILES_DIR / path, blob)
 
-    patch = _git(repo, "diff", "--binary", "--full-index", "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color",
-                 base, head, "--", *others)
+    patch = _git(repo, "diff", "--binary", "--full-index", "--no-renames", "--no-ext-diff", "--no-textconv",
+                 "--no-color", base, head, "--", *others)
     _write(out / layout.SOLUTION_PATCH, patch)
     _write(out / layout.SOLVE_SH, scripts.SOLVE_SH, 0o755)
     return report

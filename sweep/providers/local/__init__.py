@@ -127,7 +127,7 @@ class LocalProvider:
                 raise ProviderError("a writable path does not exist (create it before the run)", path=path)
         private_home = None
         if self.isolation == "bwrap":
-            home, tmpdir = SANDBOX_HOME, "/tmp"
+            home, tmpdir = SANDBOX_HOME, "/tmp"   # noqa: S108 - the sandbox's private tmpfs
         else:
             private_home = tempfile.mkdtemp(prefix="sweep-home-")
             home = private_home

@@ -164,7 +164,7 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
     rc = proc.wait()
     for pump in pumps:
         pump.join(timeout=5.0)   # a process that escaped the group may hold the pipe open: do not hang
-    for pump, stream in zip(pumps, (proc.stdout, proc.stderr)):
+    for pump, stream in zip(pumps, (proc.stdout, proc.stderr), strict=True):
         if pump.is_alive():
             continue   # closing a reader another thread is blocked in would deadlock; it is a daemon
         try:

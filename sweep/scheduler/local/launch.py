@@ -51,7 +51,7 @@ def main(args: list[str]) -> int:
             if sig is not None:
                 signal.signal(sig, signal.SIG_DFL)
         os.set_inheritable(ready_fd, False)   # closed by exec: the submitter's EOF means "running"
-        os.execvp(argv[0], argv)
+        os.execvp(argv[0], argv)   # noqa: S606 - the job's own argv list, no shell
     except BaseException as exc:   # noqa: BLE001 - every failure must reach the submitter
         message = f"local job {job_id} did not start: {exc}"
         print(f"sweep: {message}", file=sys.stderr)

@@ -151,17 +151,20 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
                                      for p in campaign_dir.iterdir()):
         raise ConfigError("directory is not empty and is not a sweep campaign", path=campaign_dir,
                           hint="choose a new directory")
-    make_private_dir(campaign_dir)
-    _copy_roles(campaign_dir)
-    written = _write_runs(campaign_dir, plan, frozen)
     plan_copy = campaign_dir / ("plan.json" if plan_path.suffix.lower() == ".json" else "plan.toml")
-    write_atomic(plan_copy, plan_path.read_bytes())
     campaign = CampaignFile(campaign_id=hashlib.sha256(f"{campaign_dir}\0{sha}\0{time.time()}".encode())
                             .hexdigest()[:8], plan_sha256=sha, plan_file=plan_copy.name,
                             created_at=time.time(), sweep_version=__version__,
                             candidate_count=len(frozen),
                             settings=plan.model_copy(update={}).model_dump(exclude={"candidates"}))
-    _write_campaign_file(campaign_dir, campaign)
+    # Rendered (and proven to read back) before anything is created: a plan whose settings TOML
+    # cannot hold is refused with nothing written, not after the runs exist.
+    campaign_text = _campaign_text(campaign, plan_path)
+    make_private_dir(campaign_dir)
+    _copy_roles(campaign_dir)
+    written = _write_runs(campaign_dir, plan, frozen)
+    write_atomic(plan_copy, plan_path.read_bytes())
+    write_atomic(campaign_dir / CAMPAIGN_FILE, campaign_text)
     return InitResult(campaign, True, written)
 
 
@@ -191,12 +194,26 @@ def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -
     return written
 
 
-def _write_campaign_file(campaign_dir: Path, campaign: CampaignFile) -> None:
-    from sweep.tomlw import dumps
+def _campaign_text(campaign: CampaignFile, plan_path: Path) -> bytes:
+    """campaign.toml's bytes, parsed back and re-validated here so that what `init` writes is a
+    campaign every verb can load (a key or value TOML cannot hold is refused, naming the field)."""
+    from sweep.tomlw import TomlValueError, dumps_checked
     header = ("# Frozen by `sweep init`: the plan settings this campaign runs with.\n"
               "# Do not edit: change the plan and use a new campaign directory.\n")
-    write_atomic(campaign_dir / CAMPAIGN_FILE,
-                 (header + dumps(campaign.model_dump(mode="json"))).encode())
+    try:
+        text = header + dumps_checked(campaign.model_dump(mode="json"))
+    except TomlValueError as exc:
+        field = exc.field.removeprefix("settings.") or None
+        raise ConfigError(f"cannot be stored in {CAMPAIGN_FILE}: {exc.reason}", path=plan_path,
+                          field=field) from None
+    try:
+        back = CampaignFile.model_validate(tomllib.loads(text))
+    except (ValueError, ValidationError) as exc:
+        raise ConfigError(f"{CAMPAIGN_FILE} would not read back: {exc}", path=plan_path) from None
+    if back != campaign:
+        raise ConfigError(f"the plan's settings do not survive a round trip through {CAMPAIGN_FILE} "
+                          "(a null value inside a table, or a value TOML cannot hold)", path=plan_path)
+    return text.encode()
 
 
 def load_campaign(campaign_dir: Path) -> CampaignFile:

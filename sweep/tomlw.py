@@ -1,69 +1,58 @@
-"""A small TOML writer for the documents sweep writes itself (campaign.toml).
+"""TOML for the documents sweep writes itself (campaign.toml), written by `tomli-w`.
 
-Python reads TOML (tomllib) but cannot write it, and the brief keeps dependencies to a short list.
-Supports what our models produce: strings, ints, floats, bools, lists of scalars, tables and
-lists of tables. None values are omitted (TOML has no null; our models default them).
+TOML has no null: a None *value in a table* is left out (our models default such fields, so the
+file reads back to the same model), but a None *inside a list* has no faithful spelling, so it is
+refused with the dotted path of the offending item rather than dropped (dropping it would shift
+every later index). NaN and infinity are refused as well, as the hand-written writer this replaces
+did. `dumps_checked` parses its own output back (tomllib) and compares, so a document that would
+not read back identically never reaches disk.
 """
 from __future__ import annotations
 
 import math
+import tomllib
 from typing import Any
 
-import orjson
+import tomli_w
 
 
-def _key(k: str) -> str:
-    if k and all(c.isalnum() or c in "_-" for c in k):
-        return k
-    return _str(k)
+class TomlValueError(ValueError):
+    """A value TOML cannot hold faithfully; `field` is its dotted path in the document."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.reason = message
 
 
-def _str(s: str) -> str:
-    # JSON string escapes are valid TOML basic-string escapes (\\uXXXX, \\n, \\", \\\\).
-    return orjson.dumps(s).decode()
-
-
-def _scalar(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v) or math.isinf(v):
-            raise ValueError("TOML cannot hold NaN or infinity here")
-        return repr(v)
-    if isinstance(v, str):
-        return _str(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_scalar(x) for x in v if x is not None) + "]"
+def _prepare(v: Any, path: tuple[str, ...]) -> Any:
     if isinstance(v, dict):
-        items = [f"{_key(k)} = {_scalar(x)}" for k, x in v.items() if x is not None]
-        return "{ " + ", ".join(items) + " }" if items else "{}"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+        return {str(k): _prepare(x, (*path, str(k))) for k, x in v.items() if x is not None}
+    if isinstance(v, (list, tuple)):
+        out = []
+        for i, x in enumerate(v):
+            if x is None:
+                raise TomlValueError(".".join((*path, str(i))), "null inside a list cannot be written as TOML")
+            out.append(_prepare(x, (*path, str(i))))
+        return out
+    if isinstance(v, float) and not math.isfinite(v):
+        raise TomlValueError(".".join(path), "TOML cannot hold NaN or infinity here")
+    return v
 
 
-def _is_table_list(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+def without_nulls(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` as it will read back: None table values left out (refuses what dumps refuses)."""
+    return _prepare(doc, ())
 
 
 def dumps(doc: dict[str, Any]) -> str:
-    lines: list[str] = []
-    _table(doc, [], lines)
-    return "\n".join(lines).strip() + "\n"
+    return tomli_w.dumps(_prepare(doc, ()))
 
 
-def _table(doc: dict[str, Any], path: list[str], lines: list[str]) -> None:
-    scalars = {k: v for k, v in doc.items() if v is not None and not isinstance(v, dict)
-               and not _is_table_list(v)}
-    for k, v in scalars.items():
-        lines.append(f"{_key(k)} = {_scalar(v)}")
-    for k, v in doc.items():
-        if isinstance(v, dict):
-            lines.append("")
-            lines.append("[" + ".".join(_key(p) for p in path + [k]) + "]")
-            _table(v, path + [k], lines)
-        elif _is_table_list(v):
-            for item in v:
-                lines.append("")
-                lines.append("[[" + ".".join(_key(p) for p in path + [k]) + "]]")
-                _table(item, path + [k], lines)
+def dumps_checked(doc: dict[str, Any]) -> str:
+    """dumps(doc), proven to read back (tomllib) to exactly `doc` without its None table values."""
+    prepared = _prepare(doc, ())
+    text = tomli_w.dumps(prepared)
+    if tomllib.loads(text) != prepared:    # a writer bug must not produce a campaign no verb can read
+        raise TomlValueError("", "the TOML written does not read back to the same document")
+    return text

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,12 @@ class ExecSpec:
     stderr_path: Path | None = None
     pass_fds: tuple[int, ...] = ()        # open descriptors the child inherits (output channel)
     kill_grace_s: float | None = None     # None = the provider's default
+    stdin_path: Path | None = None        # a file given as the child's stdin (a prompt); None = closed
+    idle_timeout_s: float | None = None   # no stdout for this long -> stopped as "stalled" (agent CLIs
+                                          # that retry a dead endpoint forever must not hold a slot)
+    # Called with each chunk of (redacted) stdout as it arrives; a non-empty return value stops the
+    # process group and is reported as `stopped`. How sweep enforces caps a CLI cannot apply itself.
+    stdout_watch: Callable[[bytes], str | None] | None = None
 
 
 @dataclass
@@ -48,6 +54,7 @@ class ExecResult:
     pgid: int | None = None
     launch_error: str | None = None       # e.g. "command not found: my-agent"
     signal: int | None = None             # the signal that ended the process, if any
+    stopped: str | None = None            # why sweep stopped it early: "stalled" or the watcher's reason
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,16 @@ class Invocation:
     env: dict[str, str] = field(default_factory=dict)     # non-secret variables the runtime needs
     read_paths: list[Path] = field(default_factory=list)  # host paths the session must see
     network: bool = False
+    # The agent CLIs (claude-code, codex) need a few more things from run_session:
+    stdin_path: Path | None = None        # the prompt on stdin (one argv element is capped at 128 KiB)
+    state_paths: list[Path] = field(default_factory=list)  # the CLI's own writable state, OUTSIDE the
+                                          # workspace (its config dir / transcript, kept for --resume)
+    sandbox_env: dict[str, str] = field(default_factory=dict)  # set only when the provider really
+                                          # sandboxes the session (IS_SANDBOX=1 must never be a lie)
+    unsandboxed_argv: list[str] | None = None   # the argv to use when there is no sandbox around the
+                                          # session (codex then keeps its own sandbox on)
+    idle_timeout_s: float | None = None   # no stdout for this long = the CLI stalled (outage)
+    stdout_watch: Any = None              # called with stdout chunks; a returned reason stops the session
 
 
 @dataclass
@@ -128,3 +138,34 @@ class SessionRuntime(Protocol):
     def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation: ...
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed: ...
+
+
+# A session can overshoot its cost cap by about one turn (the CLIs check after a turn), never by
+# orders of magnitude: a figure beyond this multiple of the cap is an anomaly, not a cost.
+COST_SANITY_FACTOR = 10.0
+COST_SANITY_UNCAPPED_USD = 1000.0
+TURNS_SANITY_FACTOR = 10
+
+
+def sane_cost(value, cap: float | None) -> tuple[float | None, str | None]:
+    """(cost to record, anomaly): None with a reason unless `value` is a finite, non-negative
+    number within COST_SANITY_FACTOR x the role's cap (or COST_SANITY_UNCAPPED_USD without one)."""
+    import math
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None, f"reported cost {value!r} is not a finite non-negative number; charged the reservation"
+    bound = COST_SANITY_UNCAPPED_USD if cap is None else max(cap * COST_SANITY_FACTOR, 0.01)
+    if value > bound:
+        return None, f"reported cost {value!r} USD is beyond {bound:g} USD for this role; charged the reservation"
+    return float(value), None
+
+
+def sane_turns(value, cap: int | None) -> tuple[int | None, str | None]:
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None, f"reported turns {value!r} is not a non-negative integer"
+    if cap is not None and value > cap * TURNS_SANITY_FACTOR + 10:
+        return None, f"reported turns {value} is beyond {cap * TURNS_SANITY_FACTOR + 10} for this role"
+    return value, None

@@ -33,7 +33,7 @@ from runstate.files import make_private_dir, write_atomic
 from sweep.providers import audit
 from sweep.providers.base import ExecResult, ExecSpec
 from sweep.providers.local import read_secret
-from sweep.runtimes.base import Parsed, SessionFiles, SessionRequest, SessionResult
+from sweep.runtimes.base import Parsed, SessionFiles, SessionRequest, SessionResult, sane_cost, sane_turns
 from sweep.runtimes.classify import classify_text
 
 EVIDENCE_LIMIT = 500
@@ -126,12 +126,19 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     try:
         invocation = runtime.build_invocation(req, files, channel.sandbox_path)
         network = invocation.network
+        sandboxed = provider.isolation == "bwrap"
+        argv = invocation.argv if sandboxed or invocation.unsandboxed_argv is None else invocation.unsandboxed_argv
+        env = {**invocation.env, **(invocation.sandbox_env if sandboxed else {})}
+        state_paths = [Path(p) for p in invocation.state_paths]
+        for path in state_paths:
+            make_private_dir(path)
         write_atomic(files.argv, _dump({
             "role": role.name, "runtime": req.runtime, "manifest_sha256": req.manifest_sha256,
-            "argv": [_scrub(a, secrets) for a in invocation.argv], "cwd": str(workspace),
-            "write_paths": [str(p) for p in write_roots],
+            "argv": [_scrub(a, secrets) for a in argv], "cwd": str(workspace),
+            "write_paths": [str(p) for p in write_roots], "state_paths": [str(p) for p in state_paths],
+            "stdin": str(invocation.stdin_path) if invocation.stdin_path else None,
             "read_paths": [str(p) for p in invocation.read_paths], "network": network,
-            "env_set": sorted(invocation.env), "env_passthrough": list(role.env_allowlist),
+            "env_set": sorted(env), "env_passthrough": list(role.env_allowlist),
             "secrets": sorted(req.secrets or {}), "isolation": provider.isolation,
             "walltime_s": role.budget.walltime_s,
         }))
@@ -141,11 +148,12 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
         before = audit.snapshot(workspace, copy_to=pre_copy, copy_if=lambda rel: not scope_matches(rel, scope))
         try:
             outcome = provider.run(ExecSpec(
-                argv=invocation.argv, cwd=workspace, timeout_s=role.budget.walltime_s,
-                write_paths=tuple(write_roots), read_paths=(files.prompt, *invocation.read_paths),
-                network=network, env=invocation.env, env_passthrough=role.env_allowlist,
+                argv=argv, cwd=workspace, timeout_s=role.budget.walltime_s,
+                write_paths=(*write_roots, *state_paths), read_paths=(files.prompt, *invocation.read_paths),
+                network=network, env=env, env_passthrough=role.env_allowlist,
                 secret_env=dict(req.secrets or {}), stdout_path=files.stdout, stderr_path=files.stderr,
-                pass_fds=(channel.fd,)))
+                pass_fds=(channel.fd,), stdin_path=invocation.stdin_path,
+                idle_timeout_s=invocation.idle_timeout_s, stdout_watch=invocation.stdout_watch))
         finally:
             # The audit runs whatever happened to the run, so nothing out of scope survives it.
             after = audit.snapshot(workspace)
@@ -180,6 +188,14 @@ def _compose(req: SessionRequest, outcome: ExecResult, parsed: Parsed, bad: list
     role = req.role
     structured = None
     turns, cost, session_id = parsed.turns, parsed.cost_usd, parsed.session_id
+    # Figures a runtime reports are data from an untrusted process: a forged or broken value (NaN,
+    # Infinity, negative, absurdly above the cap) is dropped, so the controller charges the whole
+    # reservation, and the anomaly is kept in the report.
+    cost, cost_anomaly = sane_cost(cost, role.budget.cost_cap_usd)
+    turns, turns_anomaly = sane_turns(turns, role.budget.max_turns)
+    anomalies = [a for a in (cost_anomaly, turns_anomaly) if a]
+    if anomalies:
+        parsed.report = {**(parsed.report or {}), "usage_anomalies": anomalies}
     if outcome.launch_error:
         status, cls, reason, evidence = "failed", "config", "launch_error", outcome.launch_error
     elif outcome.timed_out:

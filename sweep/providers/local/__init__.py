@@ -5,7 +5,7 @@ Guarantees of `LocalProvider.run` (the same for role sessions and for task trial
   HOME and TMPDIR private to the run, the names in `env_passthrough` (a role's key family) when
   the caller has them, the spec's own non-secret variables, and secrets read from their files at
   launch. Nothing else from the caller's environment reaches the child.
-- stdin is closed; the walltime is enforced from outside (TERM, grace, KILL on the process group).
+- stdin is closed (or a file, `stdin_path`); the walltime is enforced from outside (TERM, grace, KILL on the process group).
 - isolation "bwrap": root read-only, only `write_paths` writable, private /tmp and HOME, its own pid
   namespace (so nothing outlives it), no capabilities, and no network unless asked for.
   isolation "none": the same process handling without the filesystem and network walls; the
@@ -152,7 +152,8 @@ class LocalProvider:
                 full = argv
             outcome = run_process(full, env=env, cwd=cwd, timeout_s=spec.timeout_s,
                                   stdout_path=spec.stdout_path, stderr_path=spec.stderr_path,
-                                  secrets=secrets, pass_fds=spec.pass_fds,
+                                  secrets=secrets, pass_fds=spec.pass_fds, stdin_path=spec.stdin_path,
+                                  idle_timeout_s=spec.idle_timeout_s, stdout_watch=spec.stdout_watch,
                                   kill_grace_s=self.kill_grace_s if spec.kill_grace_s is None else spec.kill_grace_s)
         finally:
             if private_home is not None:
@@ -161,7 +162,7 @@ class LocalProvider:
                           stdout_tail=outcome.stdout_tail, stderr_tail=outcome.stderr_tail,
                           isolation=self.isolation, argv=full, env_names=sorted(env),
                           pid=outcome.pid, pgid=outcome.pgid, launch_error=outcome.launch_error,
-                          signal=outcome.signal)
+                          signal=outcome.signal, stopped=outcome.stopped)
 
 
 def _with_read_path(spec: ExecSpec, path: Path) -> ExecSpec:

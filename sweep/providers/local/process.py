@@ -63,12 +63,15 @@ class Redactor:
 class _Pump(threading.Thread):
     """Copies one pipe into a transcript file through the redactor and keeps a tail in memory."""
 
-    def __init__(self, pipe, path: Path | None, redactor: Redactor) -> None:
+    def __init__(self, pipe, path: Path | None, redactor: Redactor, watch=None) -> None:
         super().__init__(daemon=True)
         self._pipe = pipe
         self._path = path
         self._redactor = redactor
+        self._watch = watch
         self.tail = b""
+        self.last_output = time.monotonic()
+        self.stop_reason: str | None = None
 
     def _out(self, fd: int | None, data: bytes) -> None:
         if not data:
@@ -78,6 +81,12 @@ class _Pump(threading.Thread):
             while view:
                 view = view[os.write(fd, view):]
         self.tail = (self.tail + data)[-TAIL_BYTES:]
+        self.last_output = time.monotonic()
+        if self._watch is not None and self.stop_reason is None:
+            try:
+                self.stop_reason = self._watch(data) or None
+            except Exception as exc:   # a watcher bug must stop the session, not leave it unwatched
+                self.stop_reason = f"watcher error: {type(exc).__name__}: {exc}"
 
     def run(self) -> None:
         fd = None
@@ -109,6 +118,7 @@ class ProcessOutcome:
     pgid: int | None
     launch_error: str | None = None
     signal: int | None = None
+    stopped: str | None = None      # "stalled" (no stdout for idle_timeout_s) or the watcher's reason
 
 
 def _leader_exited(pid: int) -> bool:
@@ -129,13 +139,21 @@ def _killpg(pgid: int, sig: int) -> None:
 
 def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: float,
                 stdout_path: Path | None, stderr_path: Path | None, secrets: list[str],
-                kill_grace_s: float, pass_fds: tuple[int, ...] = ()) -> ProcessOutcome:
+                kill_grace_s: float, pass_fds: tuple[int, ...] = (), stdin_path: Path | None = None,
+                idle_timeout_s: float | None = None, stdout_watch=None) -> ProcessOutcome:
     redactor = Redactor(secrets)
     started = time.monotonic()
+    stdin = subprocess.DEVNULL
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                                pass_fds=pass_fds)
+        if stdin_path is not None:
+            stdin = open(stdin_path, "rb")
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                                    pass_fds=pass_fds)
+        finally:
+            if stdin is not subprocess.DEVNULL:
+                stdin.close()
     except OSError as exc:
         for path in (stdout_path, stderr_path):
             if path is not None:
@@ -144,15 +162,21 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
                               stdout_tail="", stderr_tail="", pid=None, pgid=None,
                               launch_error=redactor.scrub_text(f"cannot start {argv[0]!r}: {exc.strerror or exc}"))
     pgid = proc.pid   # start_new_session: the child leads its own group
-    pumps = [_Pump(proc.stdout, stdout_path, redactor), _Pump(proc.stderr, stderr_path, Redactor(secrets))]
+    pumps = [_Pump(proc.stdout, stdout_path, redactor, stdout_watch), _Pump(proc.stderr, stderr_path, Redactor(secrets))]
     for pump in pumps:
         pump.start()
 
     deadline = started + timeout_s
     timed_out = False
+    stopped = None
     while not _leader_exited(proc.pid):
-        if time.monotonic() >= deadline:
-            timed_out = True
+        now = time.monotonic()
+        if pumps[0].stop_reason is not None:
+            stopped = pumps[0].stop_reason
+        elif idle_timeout_s is not None and now - pumps[0].last_output >= idle_timeout_s:
+            stopped = "stalled"
+        if now >= deadline or stopped is not None:
+            timed_out = stopped is None
             _killpg(pgid, signal.SIGTERM)
             grace_end = time.monotonic() + kill_grace_s
             while not _leader_exited(proc.pid) and time.monotonic() < grace_end:
@@ -175,4 +199,4 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
     return ProcessOutcome(rc=rc, timed_out=timed_out, duration_s=time.monotonic() - started,
                           stdout_tail=pumps[0].tail.decode(errors="replace"),
                           stderr_tail=pumps[1].tail.decode(errors="replace"),
-                          pid=proc.pid, pgid=pgid, signal=sig)
+                          pid=proc.pid, pgid=pgid, signal=sig, stopped=stopped)

@@ -7,7 +7,7 @@ The controller calls ONE entry point:
 
 Runtimes (one module each, behind the contract in base.py): `oracle` (deterministic, does each
 role's job mechanically), `nop` (does nothing: the control that must score 0), `command` (any CLI
-from an argv template). `claude-code` and `codex` come later as two more modules.
+from an argv template), `claude-code` (the claude CLI) and `codex` (the codex CLI).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ RUNTIMES: dict[str, str] = {
     "oracle": "sweep.runtimes.oracle:OracleRuntime",
     "nop": "sweep.runtimes.nop:NopRuntime",
     "command": "sweep.runtimes.command:CommandRuntime",
+    "claude-code": "sweep.runtimes.claude_code:ClaudeCodeRuntime",
 }
 
 
@@ -31,7 +32,7 @@ def get_runtime(name: str) -> SessionRuntime:
     target = RUNTIMES.get(name)
     if target is None:
         raise ConfigError(f"unknown session runtime {name!r}; available: {', '.join(sorted(RUNTIMES))}",
-                          field="runtime", hint="claude-code and codex are not implemented yet")
+                          field="runtime")
     module_name, cls_name = target.split(":")
     return getattr(importlib.import_module(module_name), cls_name)()
 

@@ -1,0 +1,397 @@
+"""claude-code: Anthropic's `claude` CLI in print mode, one role session per process.
+
+    [defaults.runtimes]
+    author = "claude-code"
+    [defaults.runtime_options.author]
+    model = "claude-sonnet-4-5"         # --model (optional: the CLI's default otherwise)
+    effort = "medium"                   # --effort low|medium|high|xhigh|max (optional)
+    base_url = "https://api.anthropic.com"   # ANTHROPIC_BASE_URL (optional; the model endpoint)
+    max_retries = 2                     # CLAUDE_CODE_MAX_RETRIES (0-10; the CLI's default, 10, is ~3 min)
+    request_timeout_s = 300             # API_TIMEOUT_MS
+    stall_s = 900                       # no stream event for this long -> stopped, an outage
+    binary = "claude"                   # a name on PATH or an absolute path
+
+How a RoleSpec becomes the command line (the prompt goes on stdin: one argv element is capped at
+128 KiB, which a large PR's diff exceeds):
+
+    claude -p --output-format stream-json --verbose --session-id UUID
+           --append-system-prompt-file <session>/instructions.md
+           --tools Read,Grep,Glob            (tool NAMES: a pattern here silently drops the tool)
+           --allowedTools Read,Grep,Glob     (names and patterns such as Bash(pytest:*))
+           --permission-mode dontAsk         (anything not pre-approved is denied, never asked)
+           --setting-sources user --strict-mcp-config   (no settings, hooks or MCP servers from the
+                                                         untrusted workspace)
+           --max-turns N --max-budget-usd X  (from the role's budget)
+           --json-schema '{...}'             (judges; the structured output is validated by sweep)
+           [--model M] [--effort E]
+
+The CLI's state (its config dir, with the session transcript) lives in the session directory
+(`claude-config/`), outside the workspace so the audit never counts it as a change, and is kept,
+so an interrupted session can be resumed (`claude --resume SESSION_ID` with that CLAUDE_CONFIG_DIR).
+
+What happened is read from the stream-json events only (`system/init`, `system/api_retry`,
+`assistant`, `result`), never from what the agent or a tool printed: see `classify_stream`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runstate.errors import ConfigError
+from roles.spec import tool_base
+from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
+
+# The CLI versions sweep's flag mapping and stream parser were tested with (tests/fixtures/streams).
+PINNED_VERSION = "2.1.197"
+SUPPORTED_RANGE = ((2, 1, 0), (2, 2, 0))       # [min, max): outside it `sweep doctor` warns
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+CONFIG_DIR_NAME = "claude-config"
+DEFAULTS = {"max_retries": 2, "request_timeout_s": 300.0, "stall_s": 900.0, "binary": "claude"}
+_OPTION_TYPES = {"model": str, "effort": str, "base_url": str, "max_retries": int,
+                 "request_timeout_s": (int, float), "stall_s": (int, float), "binary": str}
+_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/\[\]-]{0,127}$")
+_URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d+)?(/[A-Za-z0-9._~/-]*)?$")
+# HTTP statuses from the API, by class (the CLI reports them as `api_error_status`).
+THROTTLE_STATUSES = {429, 529}
+CONFIG_STATUSES = {401, 402, 403}
+# The assistant-message `error` values the CLI sets on an API failure.
+ERROR_CLASSES = {"rate_limit": "throttle", "overloaded": "throttle", "server_error": "outage",
+                 "authentication_failed": "config", "billing_error": "config", "invalid_request": "failure",
+                 "max_output_tokens": "failure"}
+MAX_DENIALS_KEPT = 20
+
+
+def check_claude_options(options: dict) -> None:
+    for key, value in options.items():
+        if key not in _OPTION_TYPES:
+            raise ConfigError(f"unknown claude-code option {key!r}; known: {', '.join(sorted(_OPTION_TYPES))}",
+                              field=f"runtime_options.{key}")
+        want = _OPTION_TYPES[key]
+        if isinstance(value, bool) or not isinstance(value, want):
+            raise ConfigError(f"claude-code option {key} has the wrong type ({type(value).__name__})",
+                              field=f"runtime_options.{key}")
+    if "model" in options and not _MODEL_RE.match(options["model"]):
+        raise ConfigError(f"model {options['model']!r} is not a model name", field="runtime_options.model")
+    if "effort" in options and options["effort"] not in EFFORTS:
+        raise ConfigError(f"effort must be one of {', '.join(EFFORTS)}", field="runtime_options.effort")
+    if "base_url" in options and not _URL_RE.match(options["base_url"]):
+        raise ConfigError(f"base_url {options['base_url']!r} is not an http(s) URL", field="runtime_options.base_url")
+    if not 0 <= options.get("max_retries", 0) <= 10:
+        raise ConfigError("max_retries must be between 0 and 10 (each retry of a 529 can wait half a minute)",
+                          field="runtime_options.max_retries")
+    for key in ("request_timeout_s", "stall_s"):
+        if key in options and not 1 <= options[key] <= 24 * 3600:
+            raise ConfigError(f"{key} must be between 1 and 86400 seconds", field=f"runtime_options.{key}")
+    binary = options.get("binary", DEFAULTS["binary"])
+    if not binary or ("/" in binary and not os.path.isabs(binary)):
+        raise ConfigError("binary must be a command name or an absolute path", field="runtime_options.binary")
+
+
+def find_binary(binary: str) -> str | None:
+    """The absolute, symlink-resolved path of the CLI, or None."""
+    path = binary if os.path.isabs(binary) else shutil.which(binary)
+    if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return None
+    return os.path.realpath(path)
+
+
+def install_root(exe: str) -> Path:
+    """The npm package directory holding the binary (everything the CLI may load from), or its folder."""
+    path = Path(exe).parent
+    for candidate in (path, *path.parents):
+        if (candidate / "package.json").is_file():
+            return candidate
+        if candidate.name == "node_modules":
+            break
+    return path
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text or "")
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def tools_flags(tools: list[str]) -> tuple[str, str]:
+    """(--tools, --allowedTools): names restrict the tool set, patterns only pre-approve.
+
+    `Bash(pytest:*)` in --tools silently removes Bash, so --tools gets the base names; the
+    pattern goes to --allowedTools, where (with --permission-mode dontAsk) it is the only Bash
+    use approved. A bare name in the role's list approves every use of that tool.
+    """
+    names: list[str] = []
+    for tool in tools:
+        base = tool_base(tool)
+        if base not in names:
+            names.append(base)
+    return ",".join(names), ",".join(tools)
+
+
+class ClaudeCodeRuntime:
+    name = "claude-code"
+
+    def capabilities(self, options: dict) -> RuntimeCapabilities:
+        # --tools restricts the built-in set, --max-turns and --max-budget-usd are the CLI's own
+        # caps (it checks after a turn, so a turn can overshoot), --json-schema gives a verdict.
+        return RuntimeCapabilities(restricts_tools=True, structured_output=True, max_turns=True,
+                                   cost_cap=True, needs_network=True)
+
+    def check_options(self, options: dict) -> None:
+        check_claude_options(options)
+
+    def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
+        opts = {**DEFAULTS, **(req.runtime_options or {})}
+        role = req.role
+        exe = find_binary(opts["binary"])
+        if exe is None:
+            raise ConfigError(f"the claude CLI ({opts['binary']!r}) is not installed or not executable",
+                              field="runtime_options.binary",
+                              hint="npm install -g @anthropic-ai/claude-code@" + PINNED_VERSION)
+        session_id = str(uuid.uuid4())
+        tools, allowed = tools_flags(role.tools)
+        argv = [exe, "-p", "--output-format", "stream-json", "--verbose", "--session-id", session_id,
+                "--append-system-prompt-file", str(files.instructions),
+                "--tools", tools, "--allowedTools", allowed, "--permission-mode", "dontAsk",
+                "--setting-sources", "user", "--strict-mcp-config"]
+        if role.budget.max_turns is not None:
+            argv += ["--max-turns", str(role.budget.max_turns)]
+        if role.budget.cost_cap_usd is not None:
+            argv += ["--max-budget-usd", f"{role.budget.cost_cap_usd:g}"]
+        if role.output_schema is not None:
+            argv += ["--json-schema", json.dumps(role.output_schema, separators=(",", ":"), sort_keys=True)]
+        if opts.get("model"):
+            argv += ["--model", opts["model"]]
+        if opts.get("effort"):
+            argv += ["--effort", opts["effort"]]
+        config_dir = files.session_dir / CONFIG_DIR_NAME
+        env = {
+            "CLAUDE_CONFIG_DIR": str(config_dir),
+            "CLAUDE_CODE_MAX_RETRIES": str(opts["max_retries"]),
+            "API_TIMEOUT_MS": str(int(opts["request_timeout_s"] * 1000)),
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
+        if opts.get("base_url"):
+            env["ANTHROPIC_BASE_URL"] = opts["base_url"]
+        return Invocation(argv=argv, env=env, read_paths=[files.instructions, install_root(exe)],
+                          network=True, stdin_path=files.prompt, state_paths=[config_dir],
+                          sandbox_env={"IS_SANDBOX": "1"}, idle_timeout_s=float(opts["stall_s"]))
+
+    def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
+        stream = ClaudeStream()
+        try:
+            with open(files.stdout, "rb") as fh:
+                for line in fh:
+                    stream.feed_line(line)
+        except OSError:
+            pass
+        parsed = classify_stream(stream, outcome)
+        report = stream.provenance()
+        report["config_dir"] = str(files.session_dir / CONFIG_DIR_NAME)
+        if stream.session_id:
+            report["resume"] = {"session_id": stream.session_id, "config_dir": report["config_dir"],
+                                "how": "CLAUDE_CONFIG_DIR=<config_dir> claude --resume <session_id>"}
+        parsed.report = report
+        return parsed
+
+
+@dataclass
+class ClaudeStream:
+    """The state of one session, built from its stream-json lines as they come (one line at a time)."""
+    session_id: str | None = None
+    model: str | None = None
+    cli_version: str | None = None
+    tools: list[str] | None = None
+    permission_mode: str | None = None
+    assistant_messages: int = 0
+    assistant_errors: list[str] = field(default_factory=list)
+    retries: list[dict] = field(default_factory=list)
+    result: dict | None = None
+    bad_lines: int = 0
+    events: int = 0
+
+    def feed_line(self, raw: bytes | str) -> None:
+        line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+        line = line.strip()
+        if not line:
+            return
+        try:
+            event = json.loads(line)
+        except ValueError:
+            self.bad_lines += 1
+            return
+        if not isinstance(event, dict):
+            self.bad_lines += 1
+            return
+        self.events += 1
+        kind, subtype = event.get("type"), event.get("subtype")
+        if kind == "system" and subtype == "init":
+            self.session_id = _str(event.get("session_id")) or self.session_id
+            self.model = _str(event.get("model"))
+            self.cli_version = _str(event.get("claude_code_version"))
+            tools = event.get("tools")
+            self.tools = [t for t in tools if isinstance(t, str)][:100] if isinstance(tools, list) else None
+            self.permission_mode = _str(event.get("permissionMode"))
+        elif kind == "system" and subtype == "api_retry":
+            self.retries.append({k: event.get(k) for k in ("attempt", "max_retries", "retry_delay_ms",
+                                                           "error_status", "error") if k in event})
+        elif kind == "assistant":
+            self.assistant_messages += 1
+            err = event.get("error")
+            if isinstance(err, str):
+                self.assistant_errors.append(err[:64])
+        elif kind == "result":
+            self.result = event
+            self.session_id = _str(event.get("session_id")) or self.session_id
+
+    def provenance(self) -> dict:
+        r = self.result or {}
+        usage = r.get("usage") if isinstance(r.get("usage"), dict) else {}
+        denials = r.get("permission_denials") if isinstance(r.get("permission_denials"), list) else []
+        return {
+            "runtime": "claude-code", "cli_version": self.cli_version, "model": self.model,
+            "session_id": self.session_id, "permission_mode": self.permission_mode, "tools": self.tools,
+            "num_turns": r.get("num_turns"), "total_cost_usd": r.get("total_cost_usd"),
+            "usage": {k: usage.get(k) for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens",
+                                               "cache_read_input_tokens") if k in usage},
+            "subtype": r.get("subtype"), "is_error": r.get("is_error"),
+            "api_error_status": r.get("api_error_status"), "terminal_reason": r.get("terminal_reason"),
+            "stop_reason": r.get("stop_reason"),
+            "permission_denials": [_denial(d) for d in denials[:MAX_DENIALS_KEPT]],
+            "permission_denials_total": len(denials),
+            "api_retries": self.retries[-20:], "api_retries_total": len(self.retries),
+            "assistant_errors": self.assistant_errors[-10:], "events": self.events, "bad_lines": self.bad_lines,
+            "final_text": _str(r.get("result"), 2000),
+        }
+
+
+def _str(value, limit: int = 200) -> str | None:
+    return value[:limit] if isinstance(value, str) else None
+
+
+def _denial(d) -> dict:
+    if not isinstance(d, dict):
+        return {}
+    tool_input = d.get("tool_input")
+    return {"tool_name": _str(d.get("tool_name")),
+            "tool_input": json.dumps(tool_input)[:300] if tool_input is not None else None}
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _status(value) -> int | None:
+    """api_error_status / error_status as an int (the CLI writes 529, "529" or "None")."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def class_of_status(status: int | None) -> str | None:
+    if status is None:
+        return None
+    if status in THROTTLE_STATUSES:
+        return "throttle"
+    if status in CONFIG_STATUSES:
+        return "config"
+    if 500 <= status <= 599:
+        return "outage"
+    return "failure"
+
+
+def classify_stream(stream: ClaudeStream, outcome) -> Parsed:
+    """Ending and failure class from the CLI's own protocol; never from agent or tool text.
+
+    Evidence, in order: our own stop (stall: no event for stall_s -> outage); the `result` event
+    (`is_error`, `api_error_status`, `subtype`); the assistant `error` markers and `api_retry`
+    events the CLI emits for API failures; a process that ended without any event is a CLI that
+    could not run (config). The `result` text is only quoted as evidence, never matched.
+    """
+    r = stream.result
+    turns = r.get("num_turns") if r and isinstance(r.get("num_turns"), int) else None
+    cost = _number(r.get("total_cost_usd")) if r else None
+    common = {"turns": turns, "cost_usd": cost, "session_id": stream.session_id}
+    said = (_str(r.get("result"), 300) if r else None) or ""
+    stopped = getattr(outcome, "stopped", None)
+    if stopped == "stalled":
+        return Parsed(ok=False, failure_class="outage", reason="stalled",
+                      evidence=f"no stream event for the stall limit; stopped ({_last_signs(stream)})", **common)
+    if stopped:
+        return Parsed(ok=False, failure_class="failure", reason="stopped", evidence=str(stopped), **common)
+    if r is None:
+        if getattr(outcome, "timed_out", False):
+            return Parsed(ok=False, failure_class="failure", reason="walltime", evidence="killed at the walltime", **common)
+        if stream.events == 0:
+            err = (getattr(outcome, "stderr_tail", "") or "").strip().splitlines()
+            return Parsed(ok=False, failure_class="config", reason="cli_failed",
+                          evidence=f"claude exited {outcome.rc} before its first event: "
+                                   f"{err[-1][:300] if err else 'no message'}", **common)
+        cls = _class_from_signs(stream) or "failure"
+        return Parsed(ok=False, failure_class=cls, reason="no_result",
+                      evidence=f"claude exited {outcome.rc} without a result event ({_last_signs(stream)})", **common)
+    subtype = r.get("subtype")
+    if not r.get("is_error") and subtype == "success":
+        return Parsed(ok=True, evidence=f"claude: {turns} turns, {cost} USD",
+                      output=r.get("structured_output"), **common)
+    if subtype == "error_max_turns":
+        return Parsed(ok=False, failure_class="failure", reason="max_turns",
+                      evidence=f"reached the turn cap ({turns} turns)", **common)
+    if subtype == "error_max_budget_usd":
+        return Parsed(ok=False, failure_class="failure", reason="max_budget",
+                      evidence=f"reached the cost cap ({cost} USD)", **common)
+    if subtype == "error_max_structured_output_retries":
+        return Parsed(ok=False, failure_class="failure", reason="no_structured_output",
+                      evidence="the model never produced a valid structured output", **common)
+    status = _status(r.get("api_error_status"))
+    # A billing or key problem is config whatever the status (billing comes as a 400); otherwise
+    # the HTTP status decides (the CLI marks a 529 `server_error`, yet it is capacity: throttle);
+    # without a status, the CLI's own error markers and retry events.
+    marker = _class_from_signs(stream)
+    cls = "config" if marker == "config" else (class_of_status(status) if status is not None else marker)
+    if cls is not None:
+        where = f"api_error_status {status}" if status is not None else _last_signs(stream)
+        return Parsed(ok=False, failure_class=cls, reason="api_error",
+                      evidence=f"claude API error ({where}): {said}", **common)
+    return Parsed(ok=False, failure_class="failure", reason=str(subtype or "error")[:64],
+                  evidence=f"claude ended with an error ({subtype}): {said}", **common)
+
+
+def _class_from_signs(stream: ClaudeStream) -> str | None:
+    """A class from the CLI's own API-failure markers: the last assistant `error`, else the last
+    `api_retry` event (status, else its `error` code; "unknown" with no status = no connection)."""
+    for err in reversed(stream.assistant_errors):
+        if err in ERROR_CLASSES and ERROR_CLASSES[err] != "failure":
+            return ERROR_CLASSES[err]
+    if stream.retries:
+        last = stream.retries[-1]
+        cls = class_of_status(_status(last.get("error_status")))
+        if cls:
+            return cls
+        code = last.get("error")
+        if code in ERROR_CLASSES:
+            return ERROR_CLASSES[code]
+        return "outage"     # retried with no HTTP status at all: the endpoint could not be reached
+    return None
+
+
+def _last_signs(stream: ClaudeStream) -> str:
+    bits = []
+    if stream.retries:
+        last = stream.retries[-1]
+        bits.append(f"{len(stream.retries)} api_retry event(s), last {last.get('error_status')}/{last.get('error')}")
+    if stream.assistant_errors:
+        bits.append(f"assistant error {stream.assistant_errors[-1]}")
+    return "; ".join(bits) or f"{stream.events} event(s)"

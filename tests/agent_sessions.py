@@ -1,0 +1,76 @@
+"""Helpers shared by the agent-runtime tests: run one role session of a real agent CLI against a
+fake model server, and record its stream as a parser fixture.
+
+Streams are recorded into tests/fixtures/streams/<cli>-<version>/<case>.jsonl when
+SWEEP_RECORD_STREAMS=1 (paths of the test's temp directory are replaced by /WORK, so the fixtures
+name no machine). The parser tests replay them without the CLI.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from roles import RoleSpec, load_manifest, manifest_sha256, shipped_manifests_dir
+from sweep.providers.local import LocalProvider
+from sweep.runtimes import SessionRequest, run_session
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "streams"
+CLAUDE = shutil.which("claude")
+needs_claude = pytest.mark.skipif(CLAUDE is None, reason="the claude CLI is not installed (.ci/run installs it)")
+FAKE_KEY = "sk-ant-fake-0123456789"
+
+
+def shipped(role: str) -> tuple[RoleSpec, str]:
+    path = shipped_manifests_dir() / f"{role}.toml"
+    return load_manifest(path), manifest_sha256(path)
+
+
+def custom_role(role: str, **budget) -> RoleSpec:
+    """A shipped role with a different budget (no source file, so no manifest sha check)."""
+    spec, _ = shipped(role)
+    data = spec.model_dump()
+    data["budget"] = {**data["budget"], **budget}
+    return RoleSpec.model_validate(data)
+
+
+def workspace_for(tmp_path: Path, role: str) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "repo").mkdir(parents=True, exist_ok=True)
+    (ws / "repo" / "code.py").write_text("def add(a, b):\n    return a - b\n")
+    if role in ("author", "reviewer"):
+        (ws / "task").mkdir(exist_ok=True)
+        (ws / "task" / "instruction.md").write_text("make add add\n")
+    return ws
+
+
+def run_agent(tmp_path: Path, role: str | RoleSpec, runtime: str, options: dict, *, prompt: str = "do the task",
+              secrets: dict | None = None, workspace: Path | None = None, isolation: str = "auto",
+              session_name: str = "0001"):
+    if isinstance(role, str):
+        spec, sha = shipped(role)
+    else:
+        spec, sha = role, "0" * 64
+    ws = workspace or workspace_for(tmp_path, spec.name)
+    if secrets is None:
+        key = tmp_path / "anthropic.key"
+        key.write_text(FAKE_KEY + "\n")
+        key.chmod(0o600)
+        name = "ANTHROPIC_API_KEY" if spec.key_family == "anthropic" else "OPENAI_API_KEY"
+        secrets = {name: key}
+    req = SessionRequest(role=spec, manifest_sha256=sha, runtime=runtime, runtime_options=options,
+                         workspace=ws, session_dir=tmp_path / "run" / "sessions" / f"{session_name}-{spec.name}",
+                         prompt=prompt, inputs={}, secrets=secrets)
+    return run_session(req, LocalProvider(isolation=isolation, kill_grace_s=1.0)), req
+
+
+def record_stream(tmp_path: Path, req: SessionRequest, cli: str, case: str) -> None:
+    if os.environ.get("SWEEP_RECORD_STREAMS") != "1":
+        return
+    out = FIXTURES / cli / f"{case}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = (Path(req.session_dir) / "stdout.txt").read_text()
+    text = text.replace(str(tmp_path), "/WORK").replace(str(tmp_path).replace("/", "-"), "-WORK")
+    out.write_text(text)

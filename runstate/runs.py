@@ -11,9 +11,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from runstate.errors import StateError
-from runstate.files import (Loaded, append_line, make_private_dir, parse_model_fast, read_lines,
-                            read_model, read_raw, write_model_atomic)
+from runstate.files import (Loaded, append_line, describe_validation_error, make_private_dir, parse_model_fast,
+                            read_lines, read_model, read_raw, write_model_atomic)
 from runstate.models import RUN_ID_RE, Event, RunRecord, validate_run_id
 
 STATE_FILE = "state.json"
@@ -39,12 +41,18 @@ def create_run_dir(campaign: Path, run_id: str) -> Path:
 
 
 def save_record(rdir: Path, record: RunRecord, *, touch: bool = True) -> RunRecord:
-    """Check the invariants, then replace state.json atomically. Returns the record as written."""
+    """Re-validate and check the invariants, then replace state.json atomically. Returns the record
+    as written."""
     rdir = Path(rdir)
     if rdir.name != record.run_id:
         raise StateError(f"record for {record.run_id!r} cannot be saved in {rdir}", path=rdir)
     if touch:
         record = record.model_copy(update={"updated": time.time()})
+    # model_copy(update=...) skips validation: a copy with state="bogus" must not reach disk.
+    try:
+        record = RunRecord.model_validate(record.model_dump(warnings=False))
+    except ValidationError as exc:
+        raise StateError("invalid record: " + describe_validation_error(exc), path=rdir / STATE_FILE) from None
     record.check_invariants()
     write_model_atomic(rdir / STATE_FILE, record)
     return record

@@ -80,6 +80,20 @@ def test_save_refuses_impossible_records_and_leaves_disk_unchanged(tmp_path):
     assert load_record(d).value.outcome is Outcome.blocked and ok.reason == "max_attempted"
 
 
+@pytest.mark.parametrize("update", [{"state": "bogus"}, {"attempts": "many"}, {"max_attempts": "x"},
+                                    {"outcome": "maybe", "state": "ended"}, {"gpus": None}])
+def test_save_refuses_an_invalid_copy(tmp_path, update):
+    """model_copy(update=...) skips validation; save_record re-validates before writing."""
+    d = create_run_dir(tmp_path, "r1")
+    save_record(d, RunRecord(run_id="r1"))
+    before = (d / "state.json").read_bytes()
+    bad = load_record(d).value.model_copy(update=update)
+    with pytest.raises(StateError) as info:
+        save_record(d, bad, touch=False)
+    assert next(iter(update)) in str(info.value)
+    assert (d / "state.json").read_bytes() == before
+
+
 @pytest.mark.parametrize("bad", [".hidden", "UPPER", "a/b", "a b", "x" * 129, "", "..", "a;rm -rf /",
                                  "$(id)", "é"])
 def test_run_ids_are_validated(tmp_path, bad):

@@ -274,8 +274,10 @@ def gates(ctx: Ctx):
     results: dict = {"valid": {"ok": not problems, "detail": "; ".join(problems[:5])}}
     if not problems:
         provider = _provider(ctx)
+        from sweep.harbor import junit
         rewards = {"reference": [], "empty": []}
         details = {"reference": [], "empty": []}
+        reports = {"reference": [], "empty": []}      # per-test outcomes of each run (JUnit)
         for i in range(repeats):
             for kind in ("reference", "empty"):
                 work = fresh_dir(ctx.rdir / "work" / f"gates-r{revision:04d}-{kind}-{i}")
@@ -283,6 +285,10 @@ def gates(ctx: Ctx):
                                   env={"PYTHONHASHSEED": str(gate_hash_seed(i))})
                 rewards[kind].append(trial.reward)
                 details[kind].append(trial.detail)
+                try:
+                    reports[kind].append(junit.read_junit(Path(trial.workdir or work) / "logs" / "verifier"))
+                except junit.ReportProblem as exc:
+                    reports[kind].append(exc)
                 shutil.rmtree(work, ignore_errors=True)
         results["reference"] = {"ok": all(r == 1.0 for r in rewards["reference"]), "rewards": rewards["reference"],
                                 "detail": "; ".join(d for d in details["reference"] if d)[:300]}
@@ -291,6 +297,8 @@ def gates(ctx: Ctx):
         results["repeat"] = {"ok": len(set(rewards["reference"])) == 1 and len(set(rewards["empty"])) == 1,
                              "detail": "same result on every repeat" if len(set(rewards["reference"])) == 1
                              and len(set(rewards["empty"])) == 1 else "results differ between repeats: flaky"}
+        # a task is verified only if some test fails before the fix and passes after it
+        results["fail_to_pass"] = junit.compare_runs(reports["empty"], reports["reference"]).as_evidence()
     passed = all(r["ok"] for r in results.values())
     evidence = {"bundle_sha256": sha, "revision": revision, "repeats": repeats, "passed": passed,
                 "gates": results, "hash_seeds": [gate_hash_seed(i) for i in range(repeats)],

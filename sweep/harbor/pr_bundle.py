@@ -21,7 +21,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweep.harbor import layout, scripts
+from sweep.harbor import junit, layout, scripts
 
 _SHA_RE = re.compile(r"^[0-9a-fA-F]{7,64}$")
 GIT_TIMEOUT_S = 300
@@ -186,6 +186,7 @@ def build_bundle_from_git(source: dict, out: Path) -> BundleReport:
     _write(out / layout.TEST_FILES, "".join(p + "\n" for p in report.test_files))
     _write(out / layout.DELETED_TEST_FILES, "".join(p + "\n" for p in report.deleted_test_files))
     _write(out / layout.TEST_COMMAND, "".join(a + "\n" for a in test_argv))
+    _write(out / layout.TESTS / junit.RUNNER_NAME, junit.UNITTEST_RUNNER)   # JUnit for `python -m unittest`
     for path in report.test_files:
         blob = _git(repo, "cat-file", "blob", f"{head}:{path}")
         _write(out / layout.TEST_FILES_DIR / path, blob)

@@ -42,6 +42,17 @@ if [ "${#TEST_CMD[@]}" -eq 0 ]; then
   exit 1
 fi
 
+# Per-test evidence: ask the runner for a JUnit report (pytest reads PYTEST_ADDOPTS, and runs the
+# modules that load even when another does not; `python -m
+# unittest` goes through sweep's runner next to this script, same discovery and exit status).
+JUNIT_XML="$LOGS_DIR/verifier/junit.xml"
+rm -f -- "$JUNIT_XML"
+export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} --junitxml='$JUNIT_XML' --continue-on-collection-errors"
+if [ "${#TEST_CMD[@]}" -ge 3 ] && [ "${TEST_CMD[1]}" = "-m" ] && [ "${TEST_CMD[2]}" = "unittest" ] \
+   && [ -f "$TESTS_DIR/sweep_unittest_junit.py" ]; then
+  TEST_CMD=("${TEST_CMD[0]}" "$TESTS_DIR/sweep_unittest_junit.py" "$JUNIT_XML" "${TEST_CMD[@]:3}")
+fi
+
 "${TEST_CMD[@]}" > "$LOGS_DIR/verifier/test-output.txt" 2>&1
 status=$?
 tail -c 20000 -- "$LOGS_DIR/verifier/test-output.txt"

@@ -26,6 +26,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "runtime": ("sweep.cli.runtime_cmd:runtime", "Freeze the runtime (wheel + sha256) controller jobs run."),
     "roles": ("sweep.cli.roles_cmd:roles", "Validate RoleSpec manifests."),
     "demo": ("sweep.cli.demo_cmd:demo", "Build a sample panel and run it end to end on the local backend."),
+    "export": ("sweep.cli.export_cmd:export", "Export verified tasks as a Harbor dataset directory."),
+    "retry": ("sweep.cli.retry_cmd:retry", "Re-admit a blocked or unverified run with fresh attempts."),
+    "abort": ("sweep.cli.abort_cmd:abort", "Stop a run: cancel its job and end it blocked: aborted."),
+    "report": ("sweep.cli.report_cmd:report", "Write a static HTML report of the campaign (plots, no server)."),
 }
 
 

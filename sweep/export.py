@@ -91,7 +91,8 @@ def _roles(rdir: Path) -> dict:
         res = _load_json(sdir / "result.json")
         role = res.get("role")
         if isinstance(role, str):
-            out[role] = {"runtime": str(res.get("runtime") or ""), "manifest_sha256": str(res.get("manifest_sha256") or "")}
+            out[role] = {"runtime": str(res.get("runtime") or ""),
+                         "manifest_sha256": str(res.get("manifest_sha256") or "")}
     return out
 
 
@@ -130,7 +131,8 @@ def dockerfile(repo: Path, test_argv: list[str], base_image: str) -> str:
     if any("pytest" in arg for arg in test_argv):
         installs.append(f"RUN pip install '{PYTEST_PIN}'")
     if not installs:
-        lines.append("# the project declares no dependencies (no requirements*.txt, pyproject.toml, setup.py, setup.cfg)")
+        lines.append("# the project declares no dependencies "
+                     "(no requirements*.txt, pyproject.toml, setup.py, setup.cfg)")
     lines += installs
     lines += [f"RUN chown -R {AGENT_USER}:{AGENT_USER} /app", f"USER {AGENT_USER}", ""]
     return "\n".join(lines)
@@ -155,7 +157,8 @@ def _toml_doc(*, task_name: str, run_id: str, campaign, rec, cand, source: dict,
     sweep_meta = {
         "campaign_id": campaign.campaign_id, "campaign": campaign.settings.name, "run_id": run_id,
         "verified": verified, "outcome": rec.outcome.value if rec.outcome else None, "reason": rec.reason,
-        "source_pr": cand.candidate.url or cand.pr_key, "source_repo": str(source.get("repo") or cand.candidate.repo or ""),
+        "source_pr": cand.candidate.url or cand.pr_key,
+        "source_repo": str(source.get("repo") or cand.candidate.repo or ""),
         "base": str(source.get("base") or ""), "head": str(source.get("head") or ""),
         "bundle_sha256": str(gates_ev.get("bundle_sha256") or ""),
         "evidence_sha256": str(source.get("evidence_sha256") or ""),
@@ -168,7 +171,8 @@ def _toml_doc(*, task_name: str, run_id: str, campaign, rec, cand, source: dict,
             "fail_to_pass_count": int(f2p.get("fail_to_pass_count") or 0),
             "pass_to_pass_count": int(f2p.get("pass_to_pass_count") or 0),
             "gate_repeats": int(gates_ev.get("repeats") or 0),
-            "solve_rewards": [r.get("reward") for r in rollouts if isinstance(r, dict) and isinstance(r.get("reward"), (int, float))],
+            "solve_rewards": [r.get("reward") for r in rollouts
+                              if isinstance(r, dict) and isinstance(r.get("reward"), (int, float))],
         },
         "gates": {str(name): gate_ok(result) for name, result in gates.items()},
         "review": {"verdict": str(verdict.get("verdict") or ""),
@@ -293,7 +297,8 @@ def export_campaign(campaign_dir: Path, out: Path, *, include_unverified: bool =
             continue
         if rec.state is not RunState.ended:
             continue
-        if rec.outcome is not Outcome.verified and not (include_unverified and rec.outcome is Outcome.generated_unverified):
+        wanted = rec.outcome is Outcome.verified or (include_unverified and rec.outcome is Outcome.generated_unverified)
+        if not wanted:
             continue
         rdir = run_dir(campaign_dir, run_id)
         if not (rdir / "task").is_dir():
@@ -317,7 +322,8 @@ def export_campaign(campaign_dir: Path, out: Path, *, include_unverified: bool =
             try:
                 os.rename(tmp, target)      # atomic: the task is complete or absent
             except OSError as exc:          # another export created it meanwhile
-                report.collisions.append(f"{run_id}: {target} appeared while exporting ({exc.strerror}); not overwritten")
+                report.collisions.append(f"{run_id}: {target} appeared while exporting ({exc.strerror}); "
+                                         "not overwritten")
                 continue
             report.added.append(run_id)
         finally:

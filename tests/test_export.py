@@ -46,7 +46,8 @@ def harbor_lint(task: Path) -> list[str]:
     if not dockerfile.is_file():
         problems.append("environment/Dockerfile missing")
     else:
-        lines = [ln.strip() for ln in dockerfile.read_text().splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        lines = [ln.strip() for ln in dockerfile.read_text().splitlines()
+                 if ln.strip() and not ln.strip().startswith("#")]
         froms = [ln for ln in lines if ln.upper().startswith("FROM ")]
         if not froms:
             problems.append("Dockerfile has no FROM")
@@ -62,7 +63,8 @@ def harbor_lint(task: Path) -> list[str]:
         problems.append(f"[agent] user is {agent_user!r}: the agent runs as root")
     verifier = doc.get("verifier", {})
     if verifier.get("environment_mode", "shared") == "shared":
-        problems.append("[verifier] environment_mode is shared (the agent could tamper with the verifier's environment)")
+        problems.append("[verifier] environment_mode is shared "
+                        "(the agent could tamper with the verifier's environment)")
     mode = verifier.get("network_mode")
     if mode not in NETWORK_MODES:
         problems.append(f"[verifier] network_mode {mode!r} not stated (Harbor defaults to public)")
@@ -82,7 +84,9 @@ def harbor_lint(task: Path) -> list[str]:
     if not (task / "solution" / "solve.sh").is_file():
         problems.append("solution/solve.sh missing")
     for path in task.rglob("*"):
-        if path.is_symlink() and (os.path.isabs(os.readlink(path)) or not path.resolve().is_relative_to(task.resolve())):
+        leaves = path.is_symlink() and (os.path.isabs(os.readlink(path))
+                                        or not path.resolve().is_relative_to(task.resolve()))
+        if leaves:
             problems.append(f"{path.relative_to(task)}: symlink leaves the task")
     return problems
 
@@ -187,7 +191,8 @@ def test_export_is_incremental_and_never_overwrites(demo, tmp_path):
     assert r.returncode == 1 and "COLLISION" in r.stderr and "fix-clamp" in r.stderr, (r.stdout, r.stderr)
     assert instr.read_text() == "someone else's task\n"
     # an unpinned base image is refused before anything is written
-    r = sweep("export", str(tmp_path / "other"), "--campaign", str(demo), "--base-image", "python:3.11-slim", check=False)
+    r = sweep("export", str(tmp_path / "other"), "--campaign", str(demo), "--base-image", "python:3.11-slim",
+              check=False)
     assert r.returncode == 2 and "not pinned" in r.stderr and not (tmp_path / "other").exists()
 
 

@@ -42,8 +42,11 @@ def parse_junit(data: bytes) -> dict[str, str]:
     """test id -> passed | failed | error | skipped, from JUnit XML (pytest's and sweep's)."""
     if len(data) > MAX_REPORT_BYTES:
         raise ReportProblem(f"JUnit report larger than {MAX_REPORT_BYTES} bytes")
+    if b"<!DOCTYPE" in data.upper() or b"<!ENTITY" in data.upper():
+        # no report needs a DTD; refusing one rules out entity expansion and external entities
+        raise ReportProblem("JUnit report declares a DTD or entities; refused")
     try:
-        root = ET.fromstring(data)
+        root = ET.fromstring(data)  # noqa: S314 - DTDs refused above; size capped; untrusted names sanitised below
     except ET.ParseError as exc:
         raise ReportProblem(f"JUnit report is not valid XML: {exc}") from None
     out: dict[str, str] = {}
@@ -100,7 +103,8 @@ class TestComparison:
                 f"{len(self.pass_to_pass)} pass before and after")
 
 
-def compare_runs(before: list[dict[str, str] | ReportProblem], after: list[dict[str, str] | ReportProblem]) -> TestComparison:
+def compare_runs(before: list[dict[str, str] | ReportProblem],
+                 after: list[dict[str, str] | ReportProblem]) -> TestComparison:
     """FAIL_TO_PASS / PASS_TO_PASS over the before (empty solution) and after (reference) runs.
 
     Every "after" run needs a report (the reference's tests are what the task checks). A "before"

@@ -85,6 +85,10 @@ class RoleSpec(BaseModel):
     skills: list[str] = Field(default_factory=list)
     output_schema: dict[str, Any] | None = None
     scope: list[str] = Field(default_factory=list)
+    # The most network a session of this role may get (the runtime options choose within it):
+    # "none", "api" (the configured model endpoints only) or "host" (unrestricted: an explicit,
+    # loudly reported opt-in). See docs/security.md.
+    network: Literal["none", "api", "host"] = "api"
 
     # The manifest file this spec was loaded from, so later errors can name it.
     _source_path: str | None = PrivateAttr(default=None)

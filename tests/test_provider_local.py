@@ -220,13 +220,79 @@ def test_bwrap_sandbox_root_cannot_remount_the_host_writable(tmp_path):
 
 
 @needs_bwrap
-def test_network_is_off_unless_asked_for(tmp_path):
+def test_network_none_has_only_its_own_loopback_and_host_is_the_hosts(tmp_path):
     provider = LocalProvider(isolation="bwrap")
     code = "import socket; print(sorted(name for _, name in socket.if_nameindex()))"
-    off = run(provider, tmp_path, py(code), network=False)
-    assert off.rc == 0 and off.stdout_tail.strip() == "['lo']"
-    on = run(provider, tmp_path, py(code), network=True)
-    assert on.rc == 0 and on.stdout_tail.strip() == str(sorted(n for _, n in __import__("socket").if_nameindex()))
+    off = run(provider, tmp_path, py(code), network="none")
+    assert off.rc == 0 and off.stdout_tail.strip() == "['lo']" and off.network == "none"
+    on = run(provider, tmp_path, py(code), network="host")
+    assert on.rc == 0 and on.network == "host"
+    assert on.stdout_tail.strip() == str(sorted(n for _, n in __import__("socket").if_nameindex()))
+
+
+@pytest.fixture
+def two_http_servers():
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(f"hello-{self.server.server_port}".encode())
+
+        def log_message(self, *args):
+            pass
+
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield [s.server_port for s in servers]
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+FETCH = ("import sys, urllib.request\n"
+         "for url in sys.argv[1:]:\n"
+         "    try:\n"
+         "        print(url, urllib.request.urlopen(url, timeout=5).read().decode())\n"
+         "    except Exception as exc:\n"
+         "        print(url, 'FAILED', type(exc).__name__)\n")
+
+
+@needs_bwrap
+def test_network_api_reaches_exactly_the_configured_endpoints(tmp_path, two_http_servers):
+    allowed, other = two_http_servers
+    provider = LocalProvider(isolation="bwrap")
+    urls = [f"http://127.0.0.1:{allowed}/", f"http://localhost:{allowed}/", f"http://127.0.0.1:{other}/",
+            "http://fakeapi.test:443/", "http://example.com/"]
+    out = run(provider, tmp_path, ["python3", "-c", FETCH, *urls], network="api",
+              endpoints=(f"127.0.0.1:{allowed}", f"fakeapi.test:443=127.0.0.1:{other}"))
+    assert out.rc == 0, out.stderr_tail
+    lines = dict(line.split(" ", 1) for line in out.stdout_tail.strip().splitlines())
+    assert lines[urls[0]] == lines[urls[1]] == f"hello-{allowed}"
+    assert lines[urls[2]].startswith("FAILED")            # another host port: not configured
+    assert lines[urls[3]] == f"hello-{other}"             # a name mapped to a local fake server
+    assert lines[urls[4]].startswith("FAILED")            # the world: no route, no DNS
+    assert out.network == "api" and out.endpoints == [f"127.0.0.1:{allowed}", f"fakeapi.test:443=127.0.0.1:{other}"]
+
+
+@needs_bwrap
+def test_network_api_program_holds_no_capability(tmp_path, two_http_servers):
+    provider = LocalProvider(isolation="bwrap")
+    out = run(provider, tmp_path, ["grep", "^Cap", "/proc/self/status"], network="api",
+              endpoints=("fakeapi.test:443=127.0.0.1:%d" % two_http_servers[0],))
+    caps = dict(line.split(":\t") for line in out.stdout_tail.strip().splitlines())
+    assert out.rc == 0 and caps["CapEff"] == caps["CapPrm"] == caps["CapInh"] == caps["CapAmb"] == "0000000000000000"
+
+
+@pytest.mark.parametrize("bad", ["no-port", "10.0.0.1:443", "a:99999", "bad name:80"])
+def test_bad_endpoints_are_config_errors(bad):
+    from sweep.providers.local.network import parse_endpoints
+    with pytest.raises(ConfigError) as info:
+        parse_endpoints([bad])
+    assert info.value.field == "endpoints"
 
 
 @needs_bwrap
@@ -260,15 +326,10 @@ def test_isolation_bwrap_required_but_unusable_fails_up_front(monkeypatch):
     assert info.value.field == "isolation" and "apt-get install bubblewrap" in info.value.hint
 
 
-def test_isolation_auto_without_bwrap_warns_once_and_runs_unsandboxed(monkeypatch, caplog, tmp_path):
-    monkeypatch.setattr(f"{local_module_name}.probe_bwrap", lambda: (None, "bwrap is not installed"))
-    monkeypatch.setattr(f"{local_module_name}._warned_unsandboxed", False)
-    with caplog.at_level(logging.WARNING, logger="sweep.providers.local"):
-        first = LocalProvider(isolation="auto")
-        second = LocalProvider(isolation="auto")
-    assert first.isolation == second.isolation == "none"
-    assert len([r for r in caplog.records if "bwrap is not installed" in r.getMessage()]) == 1
-    assert run(first, tmp_path, ["true"]).rc == 0
+def test_isolation_auto_is_refused_with_the_reason():
+    with pytest.raises(ConfigError) as info:
+        LocalProvider(isolation="auto")
+    assert info.value.field == "isolation" and "removed" in str(info.value)
 
 
 def test_unknown_isolation_and_provider_are_config_errors():

@@ -31,6 +31,30 @@ def status(campaign: str | None, as_json: bool) -> None:
         next_step(f"sweep show RUN_ID --campaign {d}   (one run's history)")
 
 
+def _show_sessions(rdir) -> None:
+    """One line per role session: runtime, status, sandbox and network (from its own records)."""
+    import json
+    root = rdir / "sessions"
+    dirs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not dirs:
+        return
+    click.echo("sessions:")
+    for sdir in dirs:
+        info: dict = {}
+        for name in ("argv.json", "result.json"):
+            try:
+                info.update(json.loads((sdir / name).read_text()))
+            except (OSError, ValueError):
+                pass
+        isolation = info.get("isolation") or "?"
+        loud = "  UNSANDBOXED" if isolation == "none" else ""
+        network = info.get("network") if isinstance(info.get("network"), str) else "?"
+        endpoints = ", ".join(str(e) for e in info.get("endpoints") or [])
+        loud += "  HOST NETWORK" if network == "host" else ""
+        click.echo(f"  {sdir.name:<16} {info.get('runtime', '?'):<8} {info.get('status', 'running?'):<12} "
+                   f"isolation {isolation}  network {network}" + (f" ({endpoints})" if endpoints else "") + loud)
+
+
 @click.command("show")
 @click.argument("run_id")
 @campaign_option
@@ -87,6 +111,7 @@ def show(run_id: str, campaign: str | None, as_json: bool) -> None:
         ls = lease.lease
         click.echo(f"lease: {ls.holder} {ls.job_id or ''} token {ls.token}, heartbeat "
                    f"{datetime.datetime.fromtimestamp(ls.heartbeat_at).isoformat(timespec='seconds')}")
+    _show_sessions(rdir)
     click.echo("events:")
     for e in events:
         when = datetime.datetime.fromtimestamp(e.ts).isoformat(timespec="seconds")

@@ -101,7 +101,7 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     # charged its whole reservation, never $0, or a campaign cap would not bind such runtimes.
     ctx.budget.settle(op_id, result.cost_usd)
     ctx.event("session_done", phase=ctx.record.phase.value,
-              detail=f"{op_id}: {result.status}" + (f" ({result.failure_class}: {result.reason or ''} "
+              detail=f"{op_id}: {result.status} [isolation {result.isolation}, network {result.network}]" + (f" ({result.failure_class}: {result.reason or ''} "
                                                    f"{result.evidence[:200]})" if not result.ok else ""))
     if result.ok:
         clear_cooldown_after_success(ctx, role)

@@ -24,7 +24,9 @@ class ExecSpec:
     timeout_s: float                      # walltime, enforced from outside (TERM, grace, KILL)
     write_paths: tuple[Path, ...] = ()    # the ONLY writable host paths; empty = read-only session
     read_paths: tuple[Path, ...] = ()     # host paths that must be visible (read-only) in the sandbox
-    network: bool = False                 # False: a network namespace with only loopback
+    network: bool | str = False           # "none" | "api" | "host" (False = none, True = api); see
+                                          # sweep/providers/local/network.py
+    endpoints: tuple[str, ...] = ()       # network "api": HOST:PORT or NAME:PORT=HOST:PORT reachable
     env: dict[str, str] = field(default_factory=dict)         # non-secret variables to set
     env_passthrough: tuple[str, ...] = ()  # names copied from the caller's environment when set
     secret_env: dict[str, Path] = field(default_factory=dict)  # name -> file, read at launch
@@ -55,6 +57,8 @@ class ExecResult:
     launch_error: str | None = None       # e.g. "command not found: my-agent"
     signal: int | None = None             # the signal that ended the process, if any
     stopped: str | None = None            # why sweep stopped it early: "stalled" or the watcher's reason
+    network: str = ""                     # the network mode that was in force: none | api | host
+    endpoints: list[str] = field(default_factory=list)   # network "api": what was reachable
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ class SessionResult:
     changed_paths: list[str] = field(default_factory=list)   # in-scope changes the session made
     manifest_sha256: str = ""
     isolation: str = ""                   # what enforced the sandbox: "bwrap" | "none"
+    network: str = ""                     # the network mode in force: "none" | "api" | "host"
 
     @property
     def ok(self) -> bool:
@@ -101,7 +102,8 @@ class Invocation:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)     # non-secret variables the runtime needs
     read_paths: list[Path] = field(default_factory=list)  # host paths the session must see
-    network: bool = False
+    network: bool | str = False          # "none" | "api" | "host" (False = none, True = api)
+    endpoints: list[str] = field(default_factory=list)    # network "api": HOST:PORT[=HOST:PORT]
     # The agent CLIs (claude-code, codex) need a few more things from run_session:
     stdin_path: Path | None = None        # the prompt on stdin (one argv element is capped at 128 KiB)
     state_paths: list[Path] = field(default_factory=list)  # the CLI's own writable state, OUTSIDE the

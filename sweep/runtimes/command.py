@@ -2,7 +2,8 @@
 
     runtime_options = {
         "argv": ["my-agent", "--prompt", "{prompt_file}", "--tools", "{tools}", "--out", "{output_file}"],
-        "network": true,           # default true: agent CLIs talk to a model API
+        "network": "api",          # "none" | "api" (default; true = "api", false = "none") | "host"
+        "endpoints": ["127.0.0.1:8080", "api.example.com:443"],   # what "api" may reach
         "env": {"MY_AGENT_MODEL": "small"},   # non-secret extras; keys come from `secrets`
         "read_paths": ["/opt/my-agent"],      # extra host paths the CLI must see (abs)
     }
@@ -38,7 +39,7 @@ from sweep.runtimes.classify import classify_text
 PLACEHOLDERS = ("prompt_file", "instructions_file", "schema_file", "workspace", "output_file",
                 "tools", "max_turns", "cost_cap_usd", "walltime_s", "role")
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_OPTION_KEYS = {"argv", "network", "env", "read_paths"}
+_OPTION_KEYS = {"argv", "network", "endpoints", "env", "read_paths"}
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_ENV = {"PATH", "HOME", "TMPDIR", "LANG", "LD_PRELOAD", "LD_LIBRARY_PATH"}
 
@@ -83,8 +84,14 @@ class CommandRuntime:
                                       field="runtime_options.argv")
         if "{" in argv[0]:
             raise ConfigError("the program (argv[0]) must be literal, not a placeholder", field="runtime_options.argv")
-        if "network" in options and not isinstance(options["network"], bool):
-            raise ConfigError("runtime_options.network must be true or false", field="runtime_options.network")
+        if "network" in options and not (isinstance(options["network"], bool)
+                                         or options["network"] in ("none", "api", "host")):
+            raise ConfigError("runtime_options.network must be \"none\", \"api\" or \"host\" (or true/false)",
+                              field="runtime_options.network")
+        endpoints = options.get("endpoints", [])
+        if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
+            raise ConfigError("runtime_options.endpoints must be a list of \"HOST:PORT\" strings",
+                              field="runtime_options.endpoints")
         env = options.get("env", {})
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise ConfigError("runtime_options.env must map names to strings", field="runtime_options.env")
@@ -122,7 +129,8 @@ class CommandRuntime:
         read_paths += [Path(a) for a in template if a.startswith("/") and os.path.exists(a)]
         read_paths += [Path(p) for p in options.get("read_paths", [])]
         return Invocation(argv=substitute(template, values), env=dict(options.get("env", {})),
-                          read_paths=read_paths, network=bool(options.get("network", True)))
+                          read_paths=read_paths, network=options.get("network", True),
+                          endpoints=list(options.get("endpoints", [])))
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
         parsed = self._parse(req, files, outcome)

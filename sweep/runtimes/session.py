@@ -125,7 +125,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     outcome: ExecResult | None = None
     try:
         invocation = runtime.build_invocation(req, files, channel.sandbox_path)
-        network = invocation.network
+        network = _network_within_role(role, invocation.network)
         sandboxed = provider.isolation == "bwrap"
         argv = invocation.argv if sandboxed or invocation.unsandboxed_argv is None else invocation.unsandboxed_argv
         env = {**invocation.env, **(invocation.sandbox_env if sandboxed else {})}
@@ -138,6 +138,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
             "write_paths": [str(p) for p in write_roots], "state_paths": [str(p) for p in state_paths],
             "stdin": str(invocation.stdin_path) if invocation.stdin_path else None,
             "read_paths": [str(p) for p in invocation.read_paths], "network": network,
+            "endpoints": list(invocation.endpoints) if network == "api" else [],
             "env_set": sorted(env), "env_passthrough": list(role.env_allowlist),
             "secrets": sorted(req.secrets or {}), "isolation": provider.isolation,
             "walltime_s": role.budget.walltime_s,
@@ -150,7 +151,8 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
             outcome = provider.run(ExecSpec(
                 argv=argv, cwd=workspace, timeout_s=role.budget.walltime_s,
                 write_paths=(*write_roots, *state_paths), read_paths=(files.prompt, *invocation.read_paths),
-                network=network, env=env, env_passthrough=role.env_allowlist,
+                network=network, endpoints=tuple(invocation.endpoints) if network == "api" else (),
+                env=env, env_passthrough=role.env_allowlist,
                 secret_env=dict(req.secrets or {}), stdout_path=files.stdout, stderr_path=files.stderr,
                 pass_fds=(channel.fd,), stdin_path=invocation.stdin_path,
                 idle_timeout_s=invocation.idle_timeout_s, stdout_watch=invocation.stdout_watch))
@@ -177,10 +179,26 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
         "timed_out": outcome.timed_out, "started_at": started_wall, "ended_at": time.time(),
         "executed_argv": [_scrub(a, secrets) for a in outcome.argv], "env_names": outcome.env_names,
         "isolation_note": getattr(provider, "isolation_note", ""), "unrestored": unrestored,
+        "network": outcome.network, "endpoints": outcome.endpoints,
         "transcript": {"stdout": files.stdout.name, "stderr": files.stderr.name},
     })
     write_atomic(files.result, _dump(record))
     return result
+
+
+NETWORK_ORDER = ("none", "api", "host")
+
+
+def _network_within_role(role, wanted: object) -> str:
+    """The session's network mode; a runtime asking for more than the role allows is refused."""
+    mode = ("api" if wanted else "none") if isinstance(wanted, bool) else wanted
+    if mode not in NETWORK_ORDER:
+        raise ConfigError(f"unknown network mode {wanted!r}; use none, api or host", field="runtime_options.network")
+    if NETWORK_ORDER.index(mode) > NETWORK_ORDER.index(role.network):
+        raise ConfigError(f"the runtime asks for network {mode!r} but role {role.name!r} allows at most "
+                          f"{role.network!r}", path=role.source_path, field="network",
+                          hint="lower runtime_options.network, or raise `network` in the role's manifest")
+    return mode
 
 
 def _compose(req: SessionRequest, outcome: ExecResult, parsed: Parsed, bad: list, unrestored: list[str],
@@ -235,4 +253,4 @@ def _compose(req: SessionRequest, outcome: ExecResult, parsed: Parsed, bad: list
                          audit_violations=violations[:MAX_LISTED_PATHS], duration_s=round(duration_s, 3),
                          reason=reason, report=parsed.report,
                          changed_paths=allowed, manifest_sha256=req.manifest_sha256,
-                         isolation=getattr(provider, "isolation", ""))
+                         isolation=getattr(provider, "isolation", ""), network=outcome.network)

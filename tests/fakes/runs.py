@@ -23,9 +23,16 @@ def agent_options(role: str, *extra: str) -> dict:
 
     The template passes {tools}, {max_turns} and {cost_cap_usd} because the shipped manifests
     restrict tools and cap turns and cost: a command that could not honour them is refused."""
-    return {"argv": [sys.executable, str(AGENT), role, "--workspace", "{workspace}", "--prompt", "{prompt_file}",
-                     "--output", "{output_file}", "--tools", "{tools}", "--max-turns", "{max_turns}",
-                     "--cost-cap", "{cost_cap_usd}", *extra]}
+    options = {"argv": [sys.executable, str(AGENT), role, "--workspace", "{workspace}", "--prompt", "{prompt_file}",
+                        "--output", "{output_file}", "--tools", "{tools}", "--max-turns", "{max_turns}",
+                        "--cost-cap", "{cost_cap_usd}", *extra]}
+    # the sandbox shows only what is declared: the directories of `--mode-file=/var/tmp/x/mode` and
+    # `--hold-while=...` (a directory, so that deleting the flag on the host shows inside)
+    dirs = sorted({str(Path(e.split("=", 1)[1]).parent) for e in extra
+                   if e.startswith("--") and "=/" in e})
+    if dirs:
+        options["read_paths"] = dirs
+    return options
 
 
 def local_plan(candidates: list[dict], *, defaults: dict | None = None, max_parallel: int = 2,

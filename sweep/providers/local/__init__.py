@@ -6,11 +6,13 @@ Guarantees of `LocalProvider.run` (the same for role sessions and for task trial
   the caller has them, the spec's own non-secret variables, and secrets read from their files at
   launch. Nothing else from the caller's environment reaches the child.
 - stdin is closed (or a file, `stdin_path`); the walltime is enforced from outside (TERM, grace, KILL on the process group).
-- isolation "bwrap": root read-only, only `write_paths` writable, private /tmp and HOME, its own pid
-  namespace (so nothing outlives it), no capabilities, and no network unless asked for.
-  isolation "none": the same process handling without the filesystem and network walls; the
-  audit after a role session still catches changes in the workspace, but not writes elsewhere on
-  the host. "auto" (the default) uses bwrap when the probe succeeds and otherwise warns once.
+- isolation "bwrap" (the default): an allowlist view of the host (see bwrap.py: system toolchain,
+  minimal /etc, sweep's runtime, the declared read paths read-only; only `write_paths` writable;
+  private /tmp and HOME; its own pid, ipc, uts and network namespaces; no capabilities) and the
+  network mode of the spec (see network.py: none, api endpoints only, or host as a loud opt-in).
+  isolation "none": the same process handling without any wall; only an explicit plan setting
+  gets it, and every session and report says so. There is no silent fallback: a required bwrap
+  that does not work is a ProviderError here, which the controller turns into a parked run.
 - Secrets appear in the child's environment only: never in argv, in files the provider writes, or in
   the transcripts (their values are redacted from the streams before they reach disk).
 """
@@ -24,15 +26,16 @@ from pathlib import Path
 
 from runstate.errors import ConfigError, ProviderError
 from sweep.providers.base import ExecResult, ExecSpec, OutputChannel
-from sweep.providers.local.bwrap import SANDBOX_HOME, bwrap_argv, probe_bwrap
+from sweep.providers.local.bwrap import (SANDBOX_HOME, SANDBOX_RELAY_DIR, SYSTEM_DIRS, SandboxView,
+                                         bwrap_argv, probe_bwrap, runtime_read_paths)
+from sweep.providers.local.network import RELAY_SCRIPT, HostRelay, hosts_file, network_mode, parse_endpoints
 from sweep.providers.local.process import run_process
 
 log = logging.getLogger("sweep.providers.local")
 
-ISOLATION_MODES = ("auto", "bwrap", "none")
+ISOLATION_MODES = ("bwrap", "none")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_KILL_GRACE_S = 5.0
-_warned_unsandboxed = False
 
 
 def read_secret(name: str, path: Path) -> str:
@@ -57,8 +60,11 @@ class LocalProvider:
     name = "local"
     environment_fidelity = "host"
 
-    def __init__(self, isolation: str = "auto", kill_grace_s: float = DEFAULT_KILL_GRACE_S) -> None:
-        global _warned_unsandboxed
+    def __init__(self, isolation: str = "bwrap", kill_grace_s: float = DEFAULT_KILL_GRACE_S) -> None:
+        if isolation == "auto":
+            raise ConfigError("isolation 'auto' was removed: a session must never fall back to running "
+                              "unsandboxed without saying so; use 'bwrap' (the default) or, knowingly, 'none'",
+                              field="isolation")
         if isolation not in ISOLATION_MODES:
             raise ConfigError(f"unknown isolation {isolation!r}; use one of {', '.join(ISOLATION_MODES)}",
                               field="isolation")
@@ -68,23 +74,16 @@ class LocalProvider:
         self.isolation_note = ""
         if isolation == "none":
             self.isolation = "none"
-            self.isolation_note = "isolation = 'none' was requested"
+            self.isolation_note = "UNSANDBOXED: the plan sets isolation = 'none'"
             return
         exe, why = probe_bwrap()
-        if exe is not None:
-            self._bwrap = exe
-            self.isolation = "bwrap"
-            return
-        if isolation == "bwrap":
+        if exe is None:
             raise ProviderError(f"isolation = 'bwrap' is required but unusable: {why}",
                                 field="isolation",
-                                hint="install bubblewrap (apt-get install bubblewrap) or set isolation = 'auto'")
-        self.isolation = "none"
-        self.isolation_note = f"running without a sandbox: {why}"
-        if not _warned_unsandboxed:
-            _warned_unsandboxed = True
-            log.warning("sweep: %s; role sessions run unsandboxed (the workspace audit still applies). "
-                        "Install bubblewrap or set isolation = 'bwrap' to require it.", why)
+                                hint="install bubblewrap (apt-get install bubblewrap) and enable user namespaces, "
+                                     "or set isolation = 'none' in the plan to run unsandboxed knowingly")
+        self._bwrap = exe
+        self.isolation = "bwrap"
 
     # --- output channel ---------------------------------------------------------------------
 
@@ -118,6 +117,11 @@ class LocalProvider:
             secrets.append(env[name])
         return env, secrets
 
+    def _resolve(self, argv0: str, cwd: Path, path: str) -> str | None:
+        if "/" in argv0:
+            return str(cwd / argv0) if not argv0.startswith("/") else argv0
+        return shutil.which(argv0, path=path)
+
     def run(self, spec: ExecSpec) -> ExecResult:
         cwd = Path(spec.cwd)
         if not cwd.is_dir():
@@ -125,7 +129,14 @@ class LocalProvider:
         for path in spec.write_paths:
             if not Path(path).exists():
                 raise ProviderError("a writable path does not exist (create it before the run)", path=path)
+        mode = network_mode(spec.network)
+        endpoints = parse_endpoints(spec.endpoints) if mode == "api" else []
+        if mode == "host":
+            log.warning("sweep: a session runs with the HOST network (network = 'host'): it can reach every "
+                        "host service and address; %s", " ".join(spec.argv)[:200])
         private_home = None
+        relay = None
+        data_fds: list[int] = []
         if self.isolation == "bwrap":
             home, tmpdir = SANDBOX_HOME, "/tmp"   # noqa: S108 - the sandbox's private tmpfs
         else:
@@ -135,39 +146,68 @@ class LocalProvider:
             os.mkdir(tmpdir, 0o700)
         try:
             env, secrets = self._environment(spec, home, tmpdir)
+            if self.isolation == "bwrap":
+                # only what the sandbox can see: a PATH entry outside the view (a pyenv shim under
+                # the operator's home) would resolve here but not run there
+                env["PATH"] = _visible_path(env["PATH"], spec)
             argv = list(spec.argv)
-            if "/" in argv[0]:
-                exe = str(cwd / argv[0]) if not argv[0].startswith("/") else argv[0]
-            else:
-                exe = shutil.which(argv[0], path=env["PATH"])
+            exe = self._resolve(argv[0], cwd, env["PATH"])
             if exe is None or not os.access(exe, os.X_OK):
                 return ExecResult(rc=None, timed_out=False, duration_s=0.0, stdout_tail="", stderr_tail="",
                                   isolation=self.isolation, argv=argv, env_names=sorted(env),
-                                  launch_error=f"command not found: {argv[0]}")
+                                  launch_error=f"command not found: {argv[0]}", network=mode,
+                                  endpoints=[e.text for e in endpoints])
             argv[0] = exe
             if self.isolation == "bwrap":
-                spec_for_binds = _with_read_path(spec, Path(exe))
-                full = bwrap_argv(self._bwrap, spec_for_binds, argv)
+                view = SandboxView(spec, extra_read=(Path(exe), Path(os.path.realpath(exe))),
+                                   share_resolver=mode == "host",
+                                   hosts=hosts_file(endpoints) if endpoints else None)
+                if endpoints:
+                    relay = HostRelay(endpoints)
+                    relay.start()
+                    view.relay_dir = relay.dir
+                    import sys
+                    argv = [sys.executable, "-I", "-S", str(RELAY_SCRIPT), *relay.sandbox_args(SANDBOX_RELAY_DIR),
+                            "--", *argv]
+                mounts = view.mount_args()
+                data_args, data_fds = view.data_fds()
+                full = bwrap_argv(self._bwrap, cwd, argv, unshare_net=mode != "host", mounts=mounts,
+                                  data_args=data_args,
+                                  caps=("CAP_NET_BIND_SERVICE", "CAP_SETPCAP") if endpoints else ())
             else:
                 full = argv
             outcome = run_process(full, env=env, cwd=cwd, timeout_s=spec.timeout_s,
                                   stdout_path=spec.stdout_path, stderr_path=spec.stderr_path,
-                                  secrets=secrets, pass_fds=spec.pass_fds, stdin_path=spec.stdin_path,
+                                  secrets=secrets, pass_fds=(*spec.pass_fds, *data_fds), stdin_path=spec.stdin_path,
                                   idle_timeout_s=spec.idle_timeout_s, stdout_watch=spec.stdout_watch,
                                   kill_grace_s=self.kill_grace_s if spec.kill_grace_s is None else spec.kill_grace_s)
         finally:
+            for fd in data_fds:
+                os.close(fd)
+            if relay is not None:
+                relay.close()
             if private_home is not None:
                 shutil.rmtree(private_home, ignore_errors=True)
         return ExecResult(rc=outcome.rc, timed_out=outcome.timed_out, duration_s=outcome.duration_s,
                           stdout_tail=outcome.stdout_tail, stderr_tail=outcome.stderr_tail,
                           isolation=self.isolation, argv=full, env_names=sorted(env),
                           pid=outcome.pid, pgid=outcome.pgid, launch_error=outcome.launch_error,
-                          signal=outcome.signal, stopped=outcome.stopped)
+                          signal=outcome.signal, stopped=outcome.stopped,
+                          network=mode if self.isolation == "bwrap" else "host",
+                          endpoints=[e.text for e in endpoints])
 
 
-def _with_read_path(spec: ExecSpec, path: Path) -> ExecSpec:
-    from dataclasses import replace
-    return replace(spec, read_paths=(*spec.read_paths, path))
+def _visible_path(path: str, spec: ExecSpec) -> str:
+    """PATH entries that exist inside the sandbox: under a system directory, sweep's runtime or a
+    declared read path."""
+    roots = [Path("/") / name for name in SYSTEM_DIRS]
+    roots += [*runtime_read_paths(), *(Path(p) for p in spec.read_paths)]
+    keep = []
+    for entry in path.split(os.pathsep):
+        p = Path(entry)
+        if any(p == root or root in p.parents for root in roots):
+            keep.append(entry)
+    return os.pathsep.join(keep) or DEFAULT_PATH
 
 
 __all__ = ["LocalProvider", "read_secret", "ISOLATION_MODES"]

@@ -1,10 +1,22 @@
-"""bubblewrap: the kernel-enforced half of the local provider's sandbox.
+"""bubblewrap: the kernel-enforced half of the local provider's sandbox, built from an allowlist.
 
-The sandbox sees the host's root read-only, its own /proc, /dev and an empty tmpfs /tmp, and only
-the paths in `write_paths` writable. Measured on the development machine (see
-/work/shared/research/execution.md section 6) plus one finding of our own: run as root without a
-user namespace, bwrap keeps every capability by default, and a sandboxed root process can then
-`mount -o remount,bind,rw /` and write to the host through the read-only root. `--cap-drop ALL` is
+The sandbox does not start from the host's root. Its root is an empty tmpfs (made read-only once
+everything is mounted) into which only these are bound:
+- the system toolchain, read-only: /usr and the /bin, /sbin, /lib* entries (as the symlinks they are
+  on a merged-/usr system, as read-only binds otherwise);
+- a minimal /etc: name resolution, TLS certificates, the dynamic linker's cache, alternatives, time
+  zone; a generated passwd/group (root, the caller, nobody; no shadow, no credential file);
+- the interpreter running sweep and sweep's own packages (the oracle and the network relay run in
+  the sandbox), read-only;
+- the session's declared read paths and the program it runs, read-only;
+- the working directory read-only, and exactly the `write_paths` writable;
+- a private /tmp (a size-bounded tmpfs, HOME inside it), its own /proc and a minimal /dev.
+Everything else of the host (the campaign, other runs, the operator's home, /root, /run, /var,
+/etc/slurm, munge, key files, host unix sockets) is simply absent: there is nothing to mask.
+
+Measured on the development machine plus one finding of our own: run as root without a user
+namespace, bwrap keeps every capability by default, and a sandboxed root process can then
+`mount -o remount,bind,rw /` and write to the host through a read-only bind. `--cap-drop ALL` is
 therefore part of every sandbox, not an option.
 """
 from __future__ import annotations
@@ -13,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweep.providers.base import ExecSpec
@@ -20,12 +33,24 @@ from sweep.providers.base import ExecSpec
 SANDBOX_HOME = "/tmp/sweep-home"     # on the sandbox's private tmpfs: writable, gone at exit
 BASE_FLAGS = ("--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
               "--cap-drop", "ALL")
+# Top-level system directories the toolchain lives in. Not /opt, /srv, /home, /var, /run, /root:
+# an agent CLI installed elsewhere is declared as a read path.
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# The /etc entries a toolchain needs; nothing that holds a credential or names a host service.
+ETC_ALLOWED = ("nsswitch.conf", "host.conf", "gai.conf", "protocols", "services", "networks",
+               "ssl", "ca-certificates", "ca-certificates.conf", "pki", "crypto-policies",
+               "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone",
+               "mime.types", "magic", "os-release", "debian_version", "inputrc", "terminfo",
+               "locale.alias", "bash.bashrc", "profile", "shells", "python3", "manpath.config")
+SANDBOX_RELAY_DIR = "/run/sweep-net"  # where the network relay's sockets appear (see network.py)
+DEFAULT_TMP_BYTES = 1 << 30           # the private /tmp's size when no bound is given
 
 _probe: tuple[str | None, str] | None = None
 
 
 def probe_bwrap(refresh: bool = False) -> tuple[str | None, str]:
-    """(path to a working bwrap or None, why not). Probed once per process with our real flags."""
+    """(path to a working bwrap or None, why not). Probed once per process with our real flags
+    and the allowlist view (a bwrap too old for it fails here, not in the middle of a session)."""
     global _probe
     if _probe is not None and not refresh:
         return _probe
@@ -33,10 +58,10 @@ def probe_bwrap(refresh: bool = False) -> tuple[str | None, str]:
     if exe is None:
         _probe = (None, "bubblewrap (bwrap) is not installed")
         return _probe
-    argv = [exe, *BASE_FLAGS, "--unshare-net", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-            "--tmpfs", "/tmp", "true"]
+    view = SandboxView(ExecSpec(argv=["true"], cwd=Path("/"), timeout_s=20))
+    argv = [exe, *BASE_FLAGS, "--unshare-net", *view.mount_args(), "--", "true"]
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+        done = view.run_probe(argv)
     except (OSError, subprocess.TimeoutExpired) as exc:
         _probe = (None, f"bwrap probe failed: {exc}")
         return _probe
@@ -54,39 +79,114 @@ def _depth(path: Path) -> tuple[int, str]:
 
 
 def runtime_read_paths() -> set[Path]:
-    """Where this Python and sweep itself live, when that is under /tmp.
-
-    The sandbox mounts a fresh tmpfs on /tmp, which would hide a virtual environment or a checkout
-    that lives there (CI clones into a temp folder): the session could not even start its
-    interpreter. Those directories are re-bound read-only.
-    """
+    """The interpreter running sweep and sweep's own packages: what the oracle and the in-sandbox
+    network relay need. The packages are bound one by one, not the checkout they live in (which
+    may hold campaigns or secrets next to the code)."""
+    import roles
+    import runstate
     import sweep
-    candidates = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent,
-                  Path(os.path.realpath(sys.executable)).parent,
-                  Path(sweep.__file__).resolve().parent.parent}
-    out = set()
-    for path in candidates:
-        resolved = path.resolve()
-        if resolved == Path("/tmp") or Path("/tmp") in resolved.parents:
-            out.add(resolved)
-    return out
+    out = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}
+    for module in (sweep, roles, runstate):
+        out.add(Path(module.__file__).resolve().parent)
+    return {p.resolve() for p in out}
 
 
-def bwrap_argv(bwrap: str, spec: ExecSpec, argv: list[str]) -> list[str]:
-    """The full command line: bwrap flags, the binds for `spec`, then `argv`."""
-    args = [bwrap, *BASE_FLAGS]
-    if not spec.network:
-        args.append("--unshare-net")
-    args += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-             "--dir", SANDBOX_HOME]
-    writable = {Path(p).resolve() for p in spec.write_paths}
-    readable = ({Path(p).resolve() for p in (spec.cwd, *spec.read_paths)} | runtime_read_paths()) - writable
-    # Parents before children: a later bind overlays an earlier one, so `task/` (rw) must come after
-    # the workspace (ro) that contains it. Read paths are re-bound because /tmp is a fresh tmpfs.
-    for path in sorted(readable | writable, key=_depth):
-        if path in writable:
-            args += ["--bind", str(path), str(path)]
+def _passwd_group() -> tuple[bytes, bytes]:
+    uid, gid = os.getuid(), os.getgid()
+    users = [f"root:x:0:0:root:{SANDBOX_HOME}:/bin/sh"]
+    groups = ["root:x:0:"]
+    if uid != 0:
+        users.append(f"sweep:x:{uid}:{gid}:sweep session:{SANDBOX_HOME}:/bin/sh")
+    if gid != 0:
+        groups.append(f"sweep:x:{gid}:")
+    users.append("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin")
+    groups.append("nogroup:x:65534:")
+    return ("\n".join(users) + "\n").encode(), ("\n".join(groups) + "\n").encode()
+
+
+@dataclass
+class SandboxView:
+    """The mounts of one sandbox. Generated files (passwd, group, hosts) are passed to bwrap as
+    sealed in-memory files (`--ro-bind-data FD`), so nothing is written on the host for them."""
+
+    spec: ExecSpec
+    extra_read: tuple[Path, ...] = ()
+    hosts: bytes | None = None              # a generated /etc/hosts (network "api")
+    relay_dir: Path | None = None           # host dir of relay sockets, shown at SANDBOX_RELAY_DIR
+    share_resolver: bool = False            # network "host": the host's resolv.conf and hosts
+    tmp_bytes: int = DEFAULT_TMP_BYTES
+    data: dict[str, bytes] = field(default_factory=dict)
+
+    def mount_args(self) -> list[str]:
+        args: list[str] = []
+        for name in SYSTEM_DIRS:
+            host = Path("/") / name
+            if host.is_symlink():
+                args += ["--symlink", os.readlink(host), str(host)]
+            elif host.is_dir():
+                args += ["--ro-bind", str(host), str(host)]
+        args += ["--dir", "/etc"]
+        for name in ETC_ALLOWED:
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        passwd, group = _passwd_group()
+        self.data = {"/etc/passwd": passwd, "/etc/group": group}
+        if self.share_resolver:
+            args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf",
+                     "--ro-bind-try", "/etc/hosts", "/etc/hosts"]
         else:
-            args += ["--ro-bind-try", str(path), str(path)]
-    args += ["--chdir", str(Path(spec.cwd).resolve()), "--", *argv]
+            self.data["/etc/hosts"] = self.hosts or b"127.0.0.1 localhost\n::1 localhost\n"
+        args += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.tmp_bytes), "--tmpfs", "/tmp",
+                 "--dir", SANDBOX_HOME]
+        if self.relay_dir is not None:
+            args += ["--ro-bind", str(self.relay_dir), SANDBOX_RELAY_DIR]
+        spec = self.spec
+        writable = {Path(p).resolve() for p in spec.write_paths}
+        readable = {Path(p).resolve() for p in (*spec.read_paths, *self.extra_read)}
+        if Path(spec.cwd).resolve() != Path("/"):
+            readable.add(Path(spec.cwd).resolve())
+        readable = (readable | runtime_read_paths()) - writable
+        # Parents before children: a later bind overlays an earlier one, so `task/` (rw) must come
+        # after the workspace (ro) that contains it.
+        for path in sorted(readable | writable, key=_depth):
+            if path in writable:
+                args += ["--bind", str(path), str(path)]
+            else:
+                args += ["--ro-bind-try", str(path), str(path)]
+        return args
+
+    def data_fds(self) -> tuple[list[str], list[int]]:
+        """bwrap arguments and the descriptors carrying the generated files (close after launch)."""
+        args: list[str] = []
+        fds: list[int] = []
+        for dest, content in self.data.items():
+            fd = os.memfd_create("sweep-" + dest.rsplit("/", 1)[-1], os.MFD_CLOEXEC)
+            os.write(fd, content)
+            os.lseek(fd, 0, os.SEEK_SET)
+            fds.append(fd)
+            args += ["--ro-bind-data", str(fd), dest]
+        return args, fds
+
+    def run_probe(self, argv: list[str]) -> subprocess.CompletedProcess:
+        extra, fds = self.data_fds()
+        full = [*argv[:argv.index("--")], *extra, *argv[argv.index("--"):]]
+        try:
+            return subprocess.run(full, stdin=subprocess.DEVNULL, capture_output=True, timeout=20,
+                                  pass_fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def bwrap_argv(bwrap: str, cwd: Path, argv: list[str], *, unshare_net: bool, mounts: list[str],
+               data_args: list[str], caps: tuple[str, ...] = ()) -> list[str]:
+    """The full command line: bwrap flags, the view's mounts, the generated files, then `argv`.
+    `caps` are added back for the network relay only, which drops them before the program runs."""
+    args = [bwrap, *BASE_FLAGS]
+    for cap in caps:
+        args += ["--cap-add", cap]
+    if unshare_net:
+        args.append("--unshare-net")
+    args += mounts
+    args += data_args
+    args += ["--remount-ro", "/", "--chdir", str(Path(cwd).resolve()), "--", *argv]
     return args

@@ -47,7 +47,7 @@ def workspace_for(tmp_path: Path, role: str) -> Path:
 
 
 def run_agent(tmp_path: Path, role: str | RoleSpec, runtime: str, options: dict, *, prompt: str = "do the task",
-              secrets: dict | None = None, workspace: Path | None = None, isolation: str = "auto",
+              secrets: dict | None = None, workspace: Path | None = None, isolation: str = "bwrap",
               session_name: str = "0001"):
     if isinstance(role, str):
         spec, sha = shipped(role)

@@ -131,6 +131,14 @@ def tools_flags(tools: list[str]) -> tuple[str, str]:
     return ",".join(names), ",".join(tools)
 
 
+def api_endpoint(base_url: str | None) -> str:
+    """The one HOST:PORT a session in network "api" may reach: the model API's (docs/security.md)."""
+    from urllib.parse import urlsplit
+    parts = urlsplit(base_url or "https://api.anthropic.com")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"
+
+
 class ClaudeCodeRuntime:
     name = "claude-code"
 
@@ -180,7 +188,7 @@ class ClaudeCodeRuntime:
         if opts.get("base_url"):
             env["ANTHROPIC_BASE_URL"] = opts["base_url"]
         return Invocation(argv=argv, env=env, read_paths=[files.instructions, install_root(exe)],
-                          network=True, stdin_path=files.prompt, state_paths=[config_dir],
+                          network="api", endpoints=[api_endpoint(opts.get("base_url"))], stdin_path=files.prompt, state_paths=[config_dir],
                           sandbox_env={"IS_SANDBOX": "1"}, idle_timeout_s=float(opts["stall_s"]))
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:

@@ -88,6 +88,7 @@ def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
             cooldowns.append({"role": role, "kind": stamp.kind, "left_s": 0.0, "detail": stamp.detail,
                               "canary": True})
     return {"campaign": str(campaign_dir), "name": s.name, "campaign_id": campaign.campaign_id,
+            "isolation": getattr(s, "isolation", "bwrap"),
             "backend": s.scheduler.backend, "target_verified": s.target_verified,
             "runs": len(listing.records), "counts": counts, "outcomes": outcomes,
             "corrupt": listing.corrupt, "tick": tick, "interval_s": interval_s,
@@ -127,6 +128,8 @@ def render_status(st: dict[str, Any], limit: int = 20) -> str:
         else:
             out.append(f"draining ({d['active'] if d else '?'} active, "
                        f"{d['held_leases'] if d else '?'} held leases){why}")
+    if st.get("isolation") == "none":
+        out.append("isolation: none — sessions and trials run UNSANDBOXED (the plan says so)")
     c, o = st["counts"], st["outcomes"]
     parts = [f"{st['runs']} runs", f"queued {c['queued']}", f"active {c['active']}"]
     parts += [f"{k} {o.get(k, 0)}" for k in ("verified", "generated_unverified", "blocked")]

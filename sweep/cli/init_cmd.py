@@ -5,6 +5,19 @@ import click
 from sweep.cli.common import next_step
 
 
+def _say_isolation(isolation: str) -> None:
+    """Probe the sandbox here too: a missing bwrap shows now, not as parked runs later (the
+    controller probes again at every start, on the node that runs the sessions)."""
+    if isolation == "none":
+        click.echo("WARNING: isolation = \"none\": sessions and trials will run UNSANDBOXED", err=True)
+        return
+    from sweep.providers.local.bwrap import probe_bwrap
+    exe, why = probe_bwrap()
+    if exe is None:
+        click.echo(f"WARNING: isolation = \"bwrap\" is required but unusable on this host: {why}; runs will "
+                   "park with this reason on any node where it stays unusable", err=True)
+
+
 @click.command("init")
 @click.argument("plan", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--campaign", "-c", "campaign", metavar="DIR", required=True,
@@ -30,5 +43,6 @@ def init(plan: str, campaign: str) -> None:
                    "runs a crashed init had not written")
     else:
         click.echo(f"campaign {c.settings.name} already initialised with this plan; nothing to do")
+    _say_isolation(c.settings.isolation)
     next_step(f"sweep tick --campaign {where}   (then `sweep scrontab --install --campaign {where}` "
               "to tick every minute)")

@@ -16,8 +16,8 @@ from pathlib import Path
 from runstate.errors import ConfigError, ProviderError
 from runstate.files import make_private_dir, read_bytes
 from runstate.models import Outcome, Phase
-from sweep.controller.pipeline import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success,
-                                       fresh_dir, write_json)
+from sweep.controller.pipeline import (PHASE_ROLE, AttemptFailed, Ctx, Ending, Park,
+                                       clear_cooldown_after_success, fresh_dir, write_json)
 
 TRIAL_TIMEOUT_S = 900
 
@@ -30,7 +30,15 @@ def _options(ctx: Ctx):
 
 def _provider(ctx: Ctx):
     from sweep.providers import get_provider
-    return get_provider(_options(ctx).provider)
+    if "provider" not in ctx.extra:
+        try:
+            ctx.extra["provider"] = get_provider(_options(ctx).provider,
+                                                 isolation=getattr(ctx.campaign.settings, "isolation", "bwrap"))
+        except (ConfigError, ProviderError) as exc:
+            # nothing may run unsandboxed by accident: the run parks with the reason, every role
+            raise Park(PHASE_ROLE.get(ctx.record.phase, "author"), "outage", f"configuration error: {exc}",
+                       also=tuple(PHASE_ROLE.values())) from None
+    return ctx.extra["provider"]
 
 
 def _roles(ctx: Ctx) -> dict:
@@ -302,7 +310,8 @@ def gates(ctx: Ctx):
     passed = all(r["ok"] for r in results.values())
     evidence = {"bundle_sha256": sha, "revision": revision, "repeats": repeats, "passed": passed,
                 "gates": results, "hash_seeds": [gate_hash_seed(i) for i in range(repeats)],
-                "environment_fidelity": "host", "at": time.time()}
+                "environment_fidelity": "host", "isolation": _provider(ctx).isolation if not problems else None,
+                "at": time.time()}
     write_json(make_private_dir(ctx.rdir / "evidence") / f"gates-r{revision:04d}.json", evidence)
     if not passed:
         failed = [f"gate {name}: {r.get('detail') or r.get('rewards')}" for name, r in results.items() if not r["ok"]]

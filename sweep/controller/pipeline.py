@@ -258,6 +258,7 @@ def _run_phases(ctx: Ctx) -> int:
     from sweep.controller import phases
     try:
         try:
+            phases._provider(ctx)      # probe the sandbox at every start: park now, not mid-phase
             while True:
                 phase = ctx.record.phase
                 if phase is not Phase.evaluate and is_draining(ctx.campaign_dir):

@@ -11,6 +11,9 @@ def write_report(ctx, rec, detail: str) -> None:
     lines = [f"# {rec.run_id}: {rec.outcome.value}" + (f" ({rec.reason})" if rec.reason else ""), ""]
     if detail:
         lines += [detail, ""]
+    if getattr(ctx.campaign.settings, "isolation", "bwrap") == "none":
+        lines += ["**UNSANDBOXED**: the plan sets isolation = \"none\"; sessions and trials of this run "
+                  "ran without the sandbox (docs/security.md).", ""]
     src = cps.get("intake", {})
     if src:
         lines += ["## Source", f"- base `{src.get('base')}`, head `{src.get('head')}`",

@@ -193,6 +193,17 @@ class PlanSettings(Strict):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     tick: TickSettings = Field(default_factory=TickSettings)
     scrontab: ScrontabSettings = Field(default_factory=ScrontabSettings)
+    # "bwrap": every session and trial in the sandbox, or nothing runs (docs/security.md);
+    # "none": knowingly unsandboxed, written on every session, in report.md and in `sweep status`.
+    isolation: Literal["bwrap", "none"] = "bwrap"
+
+    @field_validator("isolation", mode="before")
+    @classmethod
+    def _no_auto_isolation(cls, v: Any) -> Any:
+        if v == "auto":
+            raise ValueError("isolation 'auto' was removed (it fell back to running unsandboxed): use "
+                             "\"bwrap\" (required sandbox, the default) or \"none\" (knowingly unsandboxed)")
+        return v
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,113 @@
+"""A hostile program: what PR test code or a misbehaving agent would try from inside a session.
+
+Standard library only (it runs as a PR's test, as an agent, as anything). Given a JSON object of
+targets on argv[1], it tries every attack and prints one line per attack:
+
+    ATTACK <name> HELD <why>        the sandbox stopped it
+    ATTACK <name> BROKEN <what>     it worked: the sandbox gave something away
+
+It always exits 0, so the run around it ends as it would without the attack; the tests then check
+both the lines and what the host saw (listeners, files).
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+
+def report(name, ok_for_attacker, detail):
+    print(f"ATTACK {name} {'BROKEN' if ok_for_attacker else 'HELD'} {' '.join(str(detail).split())[:300]}",
+          flush=True)
+
+
+def try_read(name, path):
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(4096)
+        report(name, True, data[:200])
+    except OSError as exc:
+        report(name, False, f"{type(exc).__name__} {exc.strerror}")
+
+
+def try_list(name, path):
+    try:
+        report(name, True, sorted(os.listdir(path))[:20])
+    except OSError as exc:
+        report(name, False, f"{type(exc).__name__} {exc.strerror}")
+
+
+def try_unix(name, path):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(3)
+    try:
+        sock.connect(path)
+        sock.sendall(b"hello from the sandbox\n")
+        report(name, True, "connected")
+    except OSError as exc:
+        report(name, False, f"{type(exc).__name__} {exc.strerror}")
+    finally:
+        sock.close()
+
+
+def try_abstract(name, abstract):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(3)
+    try:
+        sock.connect("\0" + abstract)
+        report(name, True, "connected")
+    except OSError as exc:
+        report(name, False, f"{type(exc).__name__} {exc.strerror}")
+    finally:
+        sock.close()
+
+
+def try_tcp(name, host, port):
+    try:
+        with socket.create_connection((host, port), timeout=3) as sock:
+            sock.sendall(b"hello from the sandbox\n")
+        report(name, True, "connected")
+    except OSError as exc:
+        report(name, False, f"{type(exc).__name__} {exc.strerror}")
+
+
+def try_write(name, path):
+    try:
+        with open(path, "w") as fh:
+            fh.write("written by the sandbox\n")
+        report(name, True, f"wrote {path}")
+    except OSError as exc:
+        report(name, False, f"{type(exc).__name__} {exc.strerror}")
+
+
+def try_sbatch(name, slurm_conf, marker):
+    env = dict(os.environ, SLURM_CONF=slurm_conf) if slurm_conf else dict(os.environ)
+    try:
+        done = subprocess.run(["sbatch", "--job-name", marker, "--wrap", f"echo {marker}"], env=env,
+                              capture_output=True, text=True, timeout=20)
+        report(name, done.returncode == 0, f"rc {done.returncode} {done.stdout} {done.stderr}")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        report(name, False, f"{type(exc).__name__} {exc}")
+
+
+def main():
+    t = json.loads(sys.argv[1])
+    try_read("read_operator_home", t["home_canary"])
+    try_read("read_key_file", t["key_file"])
+    try_read("read_shadow", "/etc/shadow")
+    try_list("list_campaign_runs", t["runs_dir"])
+    try_read("read_other_run", t["other_run_file"])
+    if t.get("solution"):
+        try_read("read_solution", t["solution"])
+    try_unix("connect_run_socket", t["run_socket"])
+    if t.get("munge_socket"):
+        try_unix("connect_munge", t["munge_socket"])
+    try_abstract("connect_abstract_socket", t["abstract_socket"])
+    try_tcp("connect_loopback_tcp", "127.0.0.1", t["tcp_port"])
+    try_sbatch("sbatch", t.get("slurm_conf"), t["marker"])
+    try_write("write_outside_scope", t["outside_file"])
+    try_write("write_campaign", t["campaign_file"])
+
+
+if __name__ == "__main__":
+    main()

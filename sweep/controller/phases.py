@@ -18,6 +18,7 @@ from runstate.files import make_private_dir, read_bytes
 from runstate.models import Outcome, Phase
 from sweep.controller.pipeline import (PHASE_ROLE, AttemptFailed, Ctx, Ending, Park,
                                        clear_cooldown_after_success, fresh_dir, write_json)
+from sweep.providers.audit import copy_tree
 
 TRIAL_TIMEOUT_S = 900
 
@@ -39,6 +40,11 @@ def _provider(ctx: Ctx):
             raise Park(PHASE_ROLE.get(ctx.record.phase, "author"), "outage", f"configuration error: {exc}",
                        also=tuple(PHASE_ROLE.values())) from None
     return ctx.extra["provider"]
+
+
+def _limits(ctx: Ctx):
+    """The plan's resource bounds for every session and trial (docs/security.md)."""
+    return ctx.campaign.settings.limits.to_limits()
 
 
 def _roles(ctx: Ctx) -> dict:
@@ -95,7 +101,7 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     ctx.event("session_started", phase=ctx.record.phase.value, detail=f"{op_id} runtime {runtime}")
     req = SessionRequest(role=specs[role], manifest_sha256=shas[role], runtime=runtime,
                          runtime_options=dict(opts.runtime_options.get(role, {})), workspace=workspace,
-                         session_dir=session_dir, prompt=prompt, inputs=inputs)
+                         session_dir=session_dir, prompt=prompt, inputs=inputs, limits=_limits(ctx))
     try:
         result = run_session(req, _provider(ctx))
     except (ConfigError, ProviderError) as exc:
@@ -290,7 +296,7 @@ def gates(ctx: Ctx):
             for kind in ("reference", "empty"):
                 work = fresh_dir(ctx.rdir / "work" / f"gates-r{revision:04d}-{kind}-{i}")
                 trial = run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
-                                  env={"PYTHONHASHSEED": str(gate_hash_seed(i))})
+                                  env={"PYTHONHASHSEED": str(gate_hash_seed(i))}, limits=_limits(ctx))
                 rewards[kind].append(trial.reward)
                 details[kind].append(trial.detail)
                 try:
@@ -329,7 +335,7 @@ def review(ctx: Ctx):
     import orjson
     gates_evidence = orjson.loads(read_bytes(gates_file) or b"{}")
     workspace = fresh_dir(ctx.rdir / "work" / f"review-r{revision:04d}")
-    shutil.copytree(bundle, workspace / "task", symlinks=True)
+    copy_tree(bundle, workspace / "task")
     prompt = ("# Review this task bundle\n\nThe bundle is in `task/`. The controller's gate results:\n\n"
               + orjson.dumps(gates_evidence.get("gates", {}), option=orjson.OPT_INDENT_2).decode() + "\n")
     result = _session(ctx, "reviewer", workspace, prompt,
@@ -366,7 +372,7 @@ def solve(ctx: Ctx):
     rewards = []
     for k in range(opts.quality.rollouts):
         workspace = fresh_dir(ctx.rdir / "work" / f"solve-r{revision:04d}-{k}")
-        shutil.copytree(bundle / "environment" / "repo", workspace / "repo", symlinks=True)
+        copy_tree(bundle / "environment" / "repo", workspace / "repo")
         # blind: the solver sees the instruction and the starting repository, never the tests or
         # the reference solution (the oracle control is the one exception: it IS the reference)
         inputs = {"reference_solution": str(bundle / "solution")} if opts.runtimes.solver == "oracle" else {}
@@ -377,7 +383,7 @@ def solve(ctx: Ctx):
             continue
         trial_dir = fresh_dir(ctx.rdir / "work" / f"solve-r{revision:04d}-{k}-trial")
         trial = run_trial(bundle, workspace / "repo", provider=_provider(ctx), workdir=trial_dir,
-                          timeout_s=TRIAL_TIMEOUT_S)
+                          timeout_s=TRIAL_TIMEOUT_S, limits=_limits(ctx))
         shutil.rmtree(trial_dir, ignore_errors=True)
         rewards.append({"rollout": k, "reward": trial.reward, "session": "ok", "detail": trial.detail[:200]})
     write_json(make_private_dir(ctx.rdir / "evidence") / f"solve-r{revision:04d}.json",

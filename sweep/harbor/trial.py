@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,8 @@ from pathlib import Path
 from runstate.errors import SweepError
 from sweep.harbor import layout
 from sweep.harbor.bundle import validate_bundle
-from sweep.providers.base import ExecSpec, Provider
+from sweep.providers.audit import UnsafeTree, copy_tree
+from sweep.providers.base import DEFAULT_LIMITS, ExecSpec, Limits, Provider
 
 DETAIL_LIMIT = 500
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -61,13 +61,32 @@ def _tail(text: str) -> str:
     return text[-DETAIL_LIMIT:]
 
 
+def task_timeouts(bundle: Path) -> tuple[float | None, float | None]:
+    """(agent timeout_sec, verifier timeout_sec) from task.toml; None where it sets none."""
+    import tomllib
+    try:
+        data = tomllib.loads((bundle / layout.TASK_TOML).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None, None
+    out = []
+    for section in ("agent", "verifier"):
+        value = data.get(section, {}).get("timeout_sec") if isinstance(data.get(section), dict) else None
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        out.append(float(value) if ok else None)
+    return out[0], out[1]
+
+
 def run_trial(bundle_dir: str | Path, solution: str | Path, *, provider: Provider, workdir: str | Path,
-              timeout_s: float, env: dict[str, str] | None = None) -> TrialResult:
+              timeout_s: float, env: dict[str, str] | None = None, limits: Limits | None = None) -> TrialResult:
     """Run `solution` ("reference", "empty" or a repository Path) against the bundle's tests.
 
     `env` adds variables to the scripts' environment (which is otherwise built from nothing but
     REPO_DIR, LOGS_DIR and the provider's basics), e.g. the gates' fixed PYTHONHASHSEED per repeat.
     It cannot set REPO_DIR, LOGS_DIR or what the provider builds (PATH, HOME, TMPDIR, LANG).
+    `timeout_s` caps the whole trial; within it solve.sh gets the task's agent.timeout_sec and
+    test.sh its verifier.timeout_sec (task.toml). `limits` bounds each script (memory, processes,
+    file size, writable bytes, transcript); a repository holding a FIFO, device or socket, or more
+    bytes than the bound, is refused before anything runs (a trial result, never an exception).
     """
     started = time.monotonic()
     bundle = Path(bundle_dir).resolve()
@@ -98,28 +117,38 @@ def run_trial(bundle_dir: str | Path, solution: str | Path, *, provider: Provide
     start_repo = bundle / layout.ENV_REPO if kind != "path" else Path(solution)
     if not start_repo.is_dir():
         return result(None, f"no repository to test at {start_repo}")
-    shutil.copytree(start_repo, repo, symlinks=True)
-    shutil.copytree(bundle / layout.TESTS, work / "tests", symlinks=True)
+    limits = limits or DEFAULT_LIMITS
+    try:
+        copy_tree(start_repo, repo, max_bytes=limits.workspace_bytes)
+        copy_tree(bundle / layout.TESTS, work / "tests")
+    except UnsafeTree as exc:
+        return result(None, f"refused to copy the repository to test: {exc}")
+    agent_timeout, verifier_timeout = task_timeouts(bundle)
     (logs / "verifier").mkdir(parents=True)
     (logs / "agent").mkdir()
     env = {**(env or {}), "REPO_DIR": str(repo), "LOGS_DIR": str(logs)}
     deadline = started + timeout_s
 
-    def run(script: Path, name: str):
+    def run(script: Path, name: str, own_timeout: float | None):
+        left = max(1.0, deadline - time.monotonic())
         return provider.run(ExecSpec(
-            argv=["bash", str(script)], cwd=repo, timeout_s=max(1.0, deadline - time.monotonic()),
-            write_paths=(repo, logs), read_paths=(work,), network=False, env=env,
+            argv=["bash", str(script)], cwd=repo, timeout_s=min(left, own_timeout or left),
+            write_paths=(repo, logs), read_paths=(work,), network="none", env=env, limits=limits,
             stdout_path=logs / f"{name}.stdout", stderr_path=logs / f"{name}.stderr"))
 
+    def bound(outcome) -> str:
+        hit = getattr(outcome, "limit_hit", None)
+        return f" (hit its {hit} bound)" if hit else ""
+
     if kind == "reference":
-        shutil.copytree(bundle / layout.SOLUTION, work / "solution", symlinks=True)
-        solved = run(work / layout.SOLVE_SH, "agent/solve")
-        if solved.launch_error or solved.timed_out or solved.rc != 0:
-            why = solved.launch_error or ("timed out" if solved.timed_out else f"exited {solved.rc}")
+        copy_tree(bundle / layout.SOLUTION, work / "solution")
+        solved = run(work / layout.SOLVE_SH, "agent/solve", agent_timeout)
+        if solved.launch_error or solved.timed_out or solved.rc != 0 or bound(solved):
+            why = (solved.launch_error or ("timed out" if solved.timed_out else f"exited {solved.rc}")) + bound(solved)
             return result(None, f"solution/solve.sh {why}: {_tail(solved.stderr_tail or solved.stdout_tail)}")
-    tested = run(work / layout.TEST_SH, "verifier/test")
-    if tested.launch_error or tested.timed_out:
-        why = tested.launch_error or "timed out"
+    tested = run(work / layout.TEST_SH, "verifier/test", verifier_timeout)
+    if tested.launch_error or tested.timed_out or bound(tested):
+        why = (tested.launch_error or ("timed out" if tested.timed_out else f"exited {tested.rc}")) + bound(tested)
         return result(None, f"tests/test.sh {why}")
     reward, why = read_reward(logs)
     if reward is None:

@@ -179,6 +179,26 @@ class ScrontabSettings(Strict):
         return v
 
 
+class LimitSettings(Strict):
+    """Resource bounds of every role session and trial (docs/security.md says what enforces each).
+    A trial's walltime comes from its task.toml (verifier/agent timeout_sec), capped by sweep's."""
+    memory_mb: int | None = Field(default=8192, ge=64)
+    processes: int | None = Field(default=512, ge=8)
+    file_mb: int | None = Field(default=4096, ge=1)            # one file
+    workspace_mb: int | None = Field(default=4096, ge=1)       # everything writable, apparent size
+    transcript_kb: int | None = Field(default=8192, ge=16)     # kept per stream: head + tail
+    tmp_mb: int = Field(default=1024, ge=16)                   # the private /tmp
+
+    def to_limits(self):
+        from sweep.providers.base import Limits
+        mb = 1 << 20
+        return Limits(memory_bytes=self.memory_mb and self.memory_mb * mb, processes=self.processes,
+                      file_bytes=self.file_mb and self.file_mb * mb,
+                      workspace_bytes=self.workspace_mb and self.workspace_mb * mb,
+                      transcript_bytes=self.transcript_kb and self.transcript_kb * 1024,
+                      tmp_bytes=self.tmp_mb * mb)
+
+
 class PlanSettings(Strict):
     """Everything in a plan except the candidates: what campaign.toml freezes and the tick reads."""
 
@@ -196,6 +216,7 @@ class PlanSettings(Strict):
     # "bwrap": every session and trial in the sandbox, or nothing runs (docs/security.md);
     # "none": knowingly unsandboxed, written on every session, in report.md and in `sweep status`.
     isolation: Literal["bwrap", "none"] = "bwrap"
+    limits: LimitSettings = Field(default_factory=LimitSettings)
 
     @field_validator("isolation", mode="before")
     @classmethod

@@ -18,6 +18,21 @@ from typing import Callable, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
+class Limits:
+    """Resource bounds of one sandboxed run; None = unbounded. See docs/security.md for what
+    enforces each where (cgroup, rlimit, a watcher) and what `limit_hit` then says."""
+    memory_bytes: int | None = 8 << 30        # the run's memory: cgroup when usable, else RLIMIT_AS
+    processes: int | None = 512               # tasks at once: cgroup pids, else RLIMIT_NPROC (not root)
+    file_bytes: int | None = 4 << 30          # one file's size: RLIMIT_FSIZE
+    workspace_bytes: int | None = 4 << 30     # apparent size of everything under write_paths, watched
+    transcript_bytes: int | None = 8 << 20    # kept per stream: the first and last halves, cut marked
+    tmp_bytes: int | None = 1 << 30           # the private /tmp (memory-backed)
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
 class ExecSpec:
     argv: list[str]                       # never a shell string
     cwd: Path
@@ -34,6 +49,7 @@ class ExecSpec:
     stderr_path: Path | None = None
     pass_fds: tuple[int, ...] = ()        # open descriptors the child inherits (output channel)
     kill_grace_s: float | None = None     # None = the provider's default
+    limits: Limits = DEFAULT_LIMITS
     stdin_path: Path | None = None        # a file given as the child's stdin (a prompt); None = closed
     idle_timeout_s: float | None = None   # no stdout for this long -> stopped as "stalled" (agent CLIs
                                           # that retry a dead endpoint forever must not hold a slot)
@@ -57,6 +73,8 @@ class ExecResult:
     launch_error: str | None = None       # e.g. "command not found: my-agent"
     signal: int | None = None             # the signal that ended the process, if any
     stopped: str | None = None            # why sweep stopped it early: "stalled" or the watcher's reason
+    limit_hit: str | None = None          # "memory" | "processes" | "file_size" | "workspace_bytes"
+    limits_enforced: dict = field(default_factory=dict)   # bound -> how it was enforced (or "none")
     network: str = ""                     # the network mode that was in force: none | api | host
     endpoints: list[str] = field(default_factory=list)   # network "api": what was reachable
 

@@ -35,6 +35,7 @@ class SessionRequest:
     prompt: str                           # the text given to the agent
     inputs: dict                          # role inputs, JSON-able (see docs/roles.md)
     secrets: dict[str, Path] = field(default_factory=dict)   # env var -> secret file, child env only
+    limits: Any = None                    # sweep.providers.base.Limits; None = the provider's defaults
 
 
 @dataclass

@@ -31,7 +31,7 @@ from roles.manifests import manifest_sha256
 from runstate.errors import ConfigError
 from runstate.files import make_private_dir, write_atomic
 from sweep.providers import audit
-from sweep.providers.base import ExecResult, ExecSpec
+from sweep.providers.base import DEFAULT_LIMITS, ExecResult, ExecSpec
 from sweep.providers.local import read_secret
 from sweep.runtimes.base import Parsed, SessionFiles, SessionRequest, SessionResult, sane_cost, sane_turns
 from sweep.runtimes.classify import classify_text
@@ -152,7 +152,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
                 argv=argv, cwd=workspace, timeout_s=role.budget.walltime_s,
                 write_paths=(*write_roots, *state_paths), read_paths=(files.prompt, *invocation.read_paths),
                 network=network, endpoints=tuple(invocation.endpoints) if network == "api" else (),
-                env=env, env_passthrough=role.env_allowlist,
+                limits=req.limits or DEFAULT_LIMITS, env=env, env_passthrough=role.env_allowlist,
                 secret_env=dict(req.secrets or {}), stdout_path=files.stdout, stderr_path=files.stderr,
                 pass_fds=(channel.fd,), stdin_path=invocation.stdin_path,
                 idle_timeout_s=invocation.idle_timeout_s, stdout_watch=invocation.stdout_watch))
@@ -163,6 +163,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
             bad = audit.violations(changes, scope)
             unrestored = audit.revert(workspace, pre_copy, bad, before) if bad else []
             shutil.rmtree(pre_copy, ignore_errors=True)
+            unsafe = _unsafe_workspace(write_roots, (req.limits or DEFAULT_LIMITS).workspace_bytes)
     finally:
         provider.close_output_channel(channel)
 
@@ -173,6 +174,15 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
                         evidence=f"{type(exc).__name__}: {exc}")
     result = _compose(req, outcome, parsed, bad, unrestored, changes, secrets,
                       time.monotonic() - started, provider)
+    if outcome.limit_hit or unsafe:
+        # a bound was hit, or the workspace holds what no later step may copy: the session failed,
+        # with the reason (never a crash further on)
+        what = (f"the session hit its {outcome.limit_hit} bound ({outcome.limits_enforced.get(outcome.limit_hit, '')})"
+                if outcome.limit_hit else f"the workspace was refused: {unsafe}")
+        result.status, result.failure_class = "failed", "failure"
+        result.reason = f"limit_{outcome.limit_hit}" if outcome.limit_hit else "unsafe_workspace"
+        result.evidence = _short(what, secrets)
+        result.structured_output = None
     record = asdict(result)
     record.update({
         "role": role.name, "runtime": req.runtime, "rc": outcome.rc, "signal": outcome.signal,
@@ -180,10 +190,22 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
         "executed_argv": [_scrub(a, secrets) for a in outcome.argv], "env_names": outcome.env_names,
         "isolation_note": getattr(provider, "isolation_note", ""), "unrestored": unrestored,
         "network": outcome.network, "endpoints": outcome.endpoints,
+        "limit_hit": outcome.limit_hit, "limits_enforced": outcome.limits_enforced,
         "transcript": {"stdout": files.stdout.name, "stderr": files.stderr.name},
     })
     write_atomic(files.result, _dump(record))
     return result
+
+
+def _unsafe_workspace(write_roots: list[Path], max_bytes: int | None) -> str | None:
+    """Why what the session could write cannot be copied on (a FIFO, a device, a socket, too many
+    bytes), or None. Only the writable roots: everything else was read-only or reverted."""
+    for root in write_roots:
+        try:
+            audit.check_tree(root, max_bytes=max_bytes)
+        except audit.UnsafeTree as exc:
+            return str(exc)
+    return None
 
 
 NETWORK_ORDER = ("none", "api", "host")

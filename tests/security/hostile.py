@@ -30,9 +30,12 @@ def try_read(name, path):
         report(name, False, f"{type(exc).__name__} {exc.strerror}")
 
 
-def try_list(name, path):
+def try_list(name, path, own):
+    """Listing the campaign's runs: the own run's directory may show (it leads to the workspace),
+    any other run may not."""
     try:
-        report(name, True, sorted(os.listdir(path))[:20])
+        others = sorted(set(os.listdir(path)) - {own})
+        report(name, bool(others), f"others {others[:20]}")
     except OSError as exc:
         report(name, False, f"{type(exc).__name__} {exc.strerror}")
 
@@ -95,7 +98,7 @@ def main():
     try_read("read_operator_home", t["home_canary"])
     try_read("read_key_file", t["key_file"])
     try_read("read_shadow", "/etc/shadow")
-    try_list("list_campaign_runs", t["runs_dir"])
+    try_list("list_campaign_runs", t["runs_dir"], t.get("own_run", ""))
     try_read("read_other_run", t["other_run_file"])
     if t.get("solution"):
         try_read("read_solution", t["solution"])

@@ -33,7 +33,7 @@ def solver_session(targets):
     session_dir = run / "sessions" / "0001-solver"
     spec = load_roles_dir(ROLES)["solver"]
     argv = [sys.executable, str(HOSTILE),
-            json.dumps(targets.argv_json(solution=str(solution / "solution.patch"))),
+            json.dumps(targets.argv_json(solution=str(solution / "solution.patch"), own_run="me")),
             "{tools}", "{max_turns}", "{cost_cap_usd}"]
     req = SessionRequest(role=spec, manifest_sha256=manifest_sha256(ROLES / "solver.toml"), runtime="command",
                          runtime_options={"argv": argv, "network": "none"}, workspace=workspace,

@@ -37,7 +37,7 @@ class LooksAround(unittest.TestCase):
 def gate_trial(targets):
     src = make_verified_pr(targets.root / "repos", "hostile",
                            extra_files={"tests/hostile_probe.py": HOSTILE.read_text(),
-                                        "tests/test_attack.py": WRAPPER.format(arg=json.dumps(targets.argv_json()))})
+                                        "tests/test_attack.py": WRAPPER.format(arg=json.dumps(targets.argv_json(own_run="gate")))})
     run = targets.campaign / "runs" / "gate"
     bundle = run / "task"
     bundle.mkdir(parents=True)

@@ -21,13 +21,16 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
 from runstate.errors import ConfigError, ProviderError
 from sweep.providers.base import ExecResult, ExecSpec, OutputChannel
-from sweep.providers.local.bwrap import (SANDBOX_HOME, SANDBOX_RELAY_DIR, SYSTEM_DIRS, SandboxView,
+from sweep.providers.local.bwrap import (DEFAULT_TMP_BYTES, SANDBOX_HOME, SANDBOX_RELAY_DIR, SYSTEM_DIRS,
+                                         SandboxView,
                                          bwrap_argv, probe_bwrap, runtime_read_paths)
+from sweep.providers.local.limits import Bounds, tree_bytes
 from sweep.providers.local.network import RELAY_SCRIPT, HostRelay, hosts_file, network_mode, parse_endpoints
 from sweep.providers.local.process import run_process
 
@@ -137,6 +140,16 @@ class LocalProvider:
         private_home = None
         relay = None
         data_fds: list[int] = []
+        bounds = Bounds(spec.limits)
+        workspace_hit: list[str] = []
+
+        def watch_workspace() -> str | None:
+            limit = spec.limits.workspace_bytes
+            if limit is not None and spec.write_paths and tree_bytes(spec.write_paths) > limit:
+                workspace_hit.append("workspace_bytes")
+                return f"the writable paths hold more than {limit} bytes"
+            return None
+
         if self.isolation == "bwrap":
             home, tmpdir = SANDBOX_HOME, "/tmp"   # noqa: S108 - the sandbox's private tmpfs
         else:
@@ -160,6 +173,7 @@ class LocalProvider:
             argv[0] = exe
             if self.isolation == "bwrap":
                 view = SandboxView(spec, extra_read=(Path(exe), Path(os.path.realpath(exe))),
+                                   tmp_bytes=spec.limits.tmp_bytes or DEFAULT_TMP_BYTES,
                                    share_resolver=mode == "host",
                                    hosts=hosts_file(endpoints) if endpoints else None)
                 if endpoints:
@@ -176,12 +190,20 @@ class LocalProvider:
                                   caps=("CAP_NET_BIND_SERVICE", "CAP_SETPCAP") if endpoints else ())
             else:
                 full = argv
+            bounds.prepare()
             outcome = run_process(full, env=env, cwd=cwd, timeout_s=spec.timeout_s,
+                                  keep_bytes=spec.limits.transcript_bytes, preexec_fn=bounds.preexec,
+                                  poll=watch_workspace,
                                   stdout_path=spec.stdout_path, stderr_path=spec.stderr_path,
                                   secrets=secrets, pass_fds=(*spec.pass_fds, *data_fds), stdin_path=spec.stdin_path,
                                   idle_timeout_s=spec.idle_timeout_s, stdout_watch=spec.stdout_watch,
                                   kill_grace_s=self.kill_grace_s if spec.kill_grace_s is None else spec.kill_grace_s)
+            limit_hit = workspace_hit[0] if workspace_hit else bounds.hit()
+            if limit_hit is None and (outcome.signal == signal.SIGXFSZ or outcome.rc == 128 + signal.SIGXFSZ
+                                      or "File too large" in outcome.stderr_tail):
+                limit_hit = "file_size"     # SIGXFSZ, or EFBIG where the writer ignores the signal (Python)
         finally:
+            bounds.finish()
             for fd in data_fds:
                 os.close(fd)
             if relay is not None:
@@ -192,7 +214,8 @@ class LocalProvider:
                           stdout_tail=outcome.stdout_tail, stderr_tail=outcome.stderr_tail,
                           isolation=self.isolation, argv=full, env_names=sorted(env),
                           pid=outcome.pid, pgid=outcome.pgid, launch_error=outcome.launch_error,
-                          signal=outcome.signal, stopped=outcome.stopped,
+                          signal=outcome.signal, stopped=outcome.stopped, limit_hit=limit_hit,
+                          limits_enforced=dict(bounds.enforced),
                           network=mode if self.isolation == "bwrap" else "host",
                           endpoints=[e.text for e in endpoints])
 

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,15 +61,29 @@ class Redactor:
         return self._scrub(text.encode(errors="replace")).decode(errors="replace")
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class _Pump(threading.Thread):
     """Copies one pipe into a transcript file through the redactor and keeps a tail in memory."""
 
-    def __init__(self, pipe, path: Path | None, redactor: Redactor, watch=None) -> None:
+    def __init__(self, pipe, path: Path | None, redactor: Redactor, watch=None,
+                 keep_bytes: int | None = None) -> None:
         super().__init__(daemon=True)
         self._pipe = pipe
         self._path = path
         self._redactor = redactor
         self._watch = watch
+        # Transcript bound: the first half is written as it comes, the last half is held in memory
+        # (a deque of chunks) and written at the end after a marker saying how much was cut.
+        self._head_left = None if keep_bytes is None else keep_bytes // 2
+        self._tail_keep = 0 if keep_bytes is None else keep_bytes - keep_bytes // 2
+        self._held: deque[bytes] = deque()
+        self._held_len = 0
+        self.cut_bytes = 0
         self.tail = b""
         self.last_output = time.monotonic()
         self.stop_reason: str | None = None
@@ -77,9 +92,19 @@ class _Pump(threading.Thread):
         if not data:
             return
         if fd is not None:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            head = data
+            if self._head_left is not None:
+                head = data[:self._head_left]
+                self._head_left -= len(head)
+                rest = data[len(head):]
+                if rest:
+                    self._held.append(rest)
+                    self._held_len += len(rest)
+                    while self._held and self._held_len - len(self._held[0]) >= self._tail_keep:
+                        dropped = self._held.popleft()
+                        self._held_len -= len(dropped)
+                        self.cut_bytes += len(dropped)
+            _write_all(fd, head)
         self.tail = (self.tail + data)[-TAIL_BYTES:]
         self.last_output = time.monotonic()
         if self._watch is not None and self.stop_reason is None:
@@ -104,7 +129,21 @@ class _Pump(threading.Thread):
             pass   # the pipe was closed under us after a kill: what we have is the transcript
         finally:
             if fd is not None:
+                self._write_held(fd)
                 os.close(fd)
+
+    def _write_held(self, fd: int) -> None:
+        held = b"".join(self._held)
+        extra = max(0, len(held) - self._tail_keep)
+        self.cut_bytes += extra
+        held = held[extra:]
+        try:
+            if self.cut_bytes:
+                _write_all(fd, f"\n[sweep: {self.cut_bytes} bytes cut here; the transcript keeps the first "
+                               f"and the last {self._tail_keep} bytes]\n".encode())
+            _write_all(fd, held)
+        except OSError:
+            pass
 
 
 @dataclass
@@ -140,7 +179,11 @@ def _killpg(pgid: int, sig: int) -> None:
 def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: float,
                 stdout_path: Path | None, stderr_path: Path | None, secrets: list[str],
                 kill_grace_s: float, pass_fds: tuple[int, ...] = (), stdin_path: Path | None = None,
-                idle_timeout_s: float | None = None, stdout_watch=None) -> ProcessOutcome:
+                idle_timeout_s: float | None = None, stdout_watch=None, keep_bytes: int | None = None,
+                preexec_fn=None, poll=None, poll_every_s: float = 1.0) -> ProcessOutcome:
+    """`keep_bytes` bounds each transcript (head + tail, cut marked); `preexec_fn` runs in the child
+    before exec (joining a cgroup, setting rlimits); `poll()` is called every `poll_every_s` while
+    the child runs and a reason it returns stops the child (a bound was exceeded)."""
     redactor = Redactor(secrets)
     started = time.monotonic()
     stdin = subprocess.DEVNULL
@@ -150,7 +193,7 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                                    pass_fds=pass_fds)
+                                    pass_fds=pass_fds, preexec_fn=preexec_fn)
         finally:
             if stdin is not subprocess.DEVNULL:
                 stdin.close()
@@ -162,16 +205,23 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
                               stdout_tail="", stderr_tail="", pid=None, pgid=None,
                               launch_error=redactor.scrub_text(f"cannot start {argv[0]!r}: {exc.strerror or exc}"))
     pgid = proc.pid   # start_new_session: the child leads its own group
-    pumps = [_Pump(proc.stdout, stdout_path, redactor, stdout_watch), _Pump(proc.stderr, stderr_path, Redactor(secrets))]
+    pumps = [_Pump(proc.stdout, stdout_path, redactor, stdout_watch, keep_bytes),
+             _Pump(proc.stderr, stderr_path, Redactor(secrets), keep_bytes=keep_bytes)]
     for pump in pumps:
         pump.start()
 
     deadline = started + timeout_s
     timed_out = False
     stopped = None
+    next_poll = started + poll_every_s
     while not _leader_exited(proc.pid):
         now = time.monotonic()
-        if pumps[0].stop_reason is not None:
+        if poll is not None and now >= next_poll:
+            next_poll = now + poll_every_s
+            stopped = poll() or None
+        if stopped is not None:
+            pass
+        elif pumps[0].stop_reason is not None:
             stopped = pumps[0].stop_reason
         elif idle_timeout_s is not None and now - pumps[0].last_output >= idle_timeout_s:
             stopped = "stalled"

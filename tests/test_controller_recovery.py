@@ -183,6 +183,7 @@ def test_sigterm_mid_session_leaves_a_clean_checkpoint_and_no_session(isolation,
     plan = local_plan([candidate("pr", src)], defaults={"runtimes": {"author": "command"}, "runtime_options": options})
     if isolation == "none":
         plan["tick"]["controller_command"] = [sys.executable, str(FAKE_CONTROLLER), "--no-bwrap"]
+        plan["isolation"] = "none"      # without bwrap only a plan that says so runs anything
     d = init(tmp_path, plan)
     rdir = run_dir(d, "pr")
     sweep("tick", "--campaign", str(d))

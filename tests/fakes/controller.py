@@ -2,9 +2,9 @@
 
     python tests/fakes/controller.py [--no-bwrap] --campaign DIR --token T RUN_ID
 
-- `--no-bwrap`: behave as on a host where bubblewrap is unusable (its probe fails), which the
-  local provider supports with isolation "none": sessions then run as plain process groups, with
-  no pid namespace to take them down when the controller goes.
+- `--no-bwrap`: behave as on a host where bubblewrap is unusable (its probe fails). With the
+  plan's isolation = "none" sessions then run as plain process groups, with no pid namespace to
+  take them down when the controller goes; with "bwrap" (the default) the run parks instead.
 
 A plan runs it with `tick.controller_command = [python, "<this file>", "--no-bwrap"]`.
 """

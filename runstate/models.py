@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -72,6 +72,23 @@ class Outcome(str, Enum):
     verified = "verified"
     generated_unverified = "generated_unverified"
     blocked = "blocked"
+
+
+class EndReason(StrEnum):
+    """Why a run ended short of `verified` (state.json's `reason`; the values are what is on disk).
+
+    The record's field stays a plain string so a reason a newer sweep adds still reads here."""
+
+    max_attempted = "max_attempted"              # its attempts ran out (controller or tick)
+    budget_exhausted = "budget_exhausted"        # the candidate's or the campaign's spend cap (tick)
+    duplicate = "duplicate"                      # the PR is in the plan's prior_verified
+    intake_failed = "intake_failed"
+    construction_failed = "construction_failed"  # no usable task bundle could be built
+    author_failed = "author_failed"              # repairs ran out at each stage ...
+    gates_failed = "gates_failed"
+    review_failed = "review_failed"
+    review_rejected = "review_rejected"
+    evidence_incomplete = "evidence_incomplete"  # the evaluate phase lacks evidence for `verified`
 
 
 class RunRecord(Tolerant):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from runstate.errors import ConfigError, ProviderError
 from runstate.files import make_private_dir, read_bytes
-from runstate.models import Outcome, Phase
-from sweep.controller.pipeline import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success,
-                                       fresh_dir, write_json)
+from runstate.models import EndReason, Outcome, Phase
+from sweep.controller.context import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, fresh_dir,
+                                      write_json)
 
 TRIAL_TIMEOUT_S = 900
 
@@ -34,12 +34,12 @@ def _provider(ctx: Ctx):
 
 
 def _roles(ctx: Ctx) -> dict:
-    if "roles" not in ctx.extra:
+    if ctx.roles_cache is None:
         from roles import load_roles_dir, manifest_sha256
         specs = load_roles_dir(ctx.campaign_dir / "roles")
         shas = {name: manifest_sha256(ctx.campaign_dir / "roles" / f"{name}.toml") for name in specs}
-        ctx.extra["roles"] = (specs, shas)
-    return ctx.extra["roles"]
+        ctx.roles_cache = (specs, shas)
+    return ctx.roles_cache
 
 
 def _source(ctx: Ctx) -> dict:
@@ -73,14 +73,14 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     from sweep.runtimes import SessionRequest, run_session
     specs, shas = _roles(ctx)
     if role not in specs:
-        raise Ending(Outcome.blocked, "construction_failed", f"no manifest for role {role} in roles/")
+        raise Ending(Outcome.blocked, EndReason.construction_failed, f"no manifest for role {role} in roles/")
     opts = _options(ctx)
     runtime = getattr(opts.runtimes, role)
     amount = opts.worker_reservation_usd if reserve is None else reserve
     ok, why = ctx.budget.can_spend(amount)
     if not ok:
         raise Ending(Outcome.generated_unverified if (ctx.rdir / "task").exists() else Outcome.blocked,
-                     "budget_exhausted", why)
+                     EndReason.budget_exhausted, why)
     session_dir = _session_dir(ctx, role)
     op_id = session_dir.name
     ctx.budget.reserve(op_id, f"{role} session ({runtime})", amount)
@@ -126,11 +126,11 @@ def intake(ctx: Ctx):
     prior = {p.strip().lower() for p in ctx.campaign.settings.prior_verified}
     fc = ctx.candidate
     if fc.pr_key.lower() in prior or (fc.candidate.url or "").lower() in prior or fc.run_id in prior:
-        raise Ending(Outcome.blocked, "duplicate", f"{fc.pr_key} is in the plan's prior_verified")
+        raise Ending(Outcome.blocked, EndReason.duplicate, f"{fc.pr_key} is in the plan's prior_verified")
     try:
         src = take_in(ctx.rdir, fc)
     except IntakeFailed as exc:
-        raise Ending(Outcome.blocked, "intake_failed", str(exc)) from None
+        raise Ending(Outcome.blocked, EndReason.intake_failed, str(exc)) from None
     except IntakeTransient as exc:
         raise AttemptFailed(f"intake: {exc}") from None
     return Phase.author, {"base": src["base"], "head": src["head"], "evidence_sha256": src["evidence_sha256"],
@@ -154,7 +154,7 @@ def author(ctx: Ctx):
     if not result.ok:
         from sweep.harbor.pr_bundle import PERMANENT_REFUSALS
         if result.reason in PERMANENT_REFUSALS:     # the PR itself cannot become a task: retrying cannot help
-            raise Ending(Outcome.blocked, "construction_failed", result.evidence or result.reason)
+            raise Ending(Outcome.blocked, EndReason.construction_failed, result.evidence or result.reason)
         raise AttemptFailed(f"author session {result.status}: {result.reason or ''} {result.evidence[:300]}")
     problems = validate_bundle(workspace / "task")
     if problems:
@@ -165,7 +165,7 @@ def author(ctx: Ctx):
     if failed_before:
         # a repair that changes nothing cannot pass: re-running the gates would only re-roll a
         # flaky test until it passes by chance, which is exactly what the gates must not allow
-        raise Ending(Outcome.generated_unverified, "gates_failed",
+        raise Ending(Outcome.generated_unverified, EndReason.gates_failed,
                      f"the author produced bundle {new_sha[:12]} again, which already failed the gates "
                      f"({failed_before})")
     _install_bundle(ctx, workspace / "task")
@@ -248,8 +248,8 @@ def _repair_or_end(ctx: Ctx, where: str, findings: list[str], *, no_bundle: bool
         ctx.save(checkpoints=checkpoints)
         return Phase.author, {"repair": repairs + 1, "after": where}
     if no_bundle:
-        raise Ending(Outcome.blocked, "construction_failed", f"{where}: " + "; ".join(findings)[:500])
-    raise Ending(Outcome.generated_unverified, f"{where}_failed", "; ".join(findings)[:500])
+        raise Ending(Outcome.blocked, EndReason.construction_failed, f"{where}: " + "; ".join(findings)[:500])
+    raise Ending(Outcome.generated_unverified, EndReason(f"{where}_failed"), "; ".join(findings)[:500])
 
 
 def gate_hash_seed(repeat: int) -> int:
@@ -341,7 +341,7 @@ def review(ctx: Ctx):
     if decision == "revise":
         return _repair_or_end(ctx, "review", findings or [verdict.get("rationale", "reviewer asked for a revision")])
     if decision == "reject":
-        raise Ending(Outcome.generated_unverified, "review_rejected",
+        raise Ending(Outcome.generated_unverified, EndReason.review_rejected,
                      "; ".join(findings)[:500] or str(verdict.get("rationale", ""))[:500])
     raise AttemptFailed(f"reviewer verdict {decision!r} is not accept/revise/reject")
 
@@ -381,7 +381,7 @@ def evaluate(ctx: Ctx):
     cps = ctx.record.checkpoints
     bundle = ctx.rdir / "task"
     if not bundle.exists():
-        raise Ending(Outcome.blocked, "construction_failed", "no task bundle was produced")
+        raise Ending(Outcome.blocked, EndReason.construction_failed, "no task bundle was produced")
     sha = bundle_sha256(bundle)
     gates_ok = cps.get("gates", {}).get("passed") is True and cps["gates"].get("bundle_sha256") == sha
     review_ok = cps.get("review", {}).get("verdict") == "accept" and cps["review"].get("bundle_sha256") == sha
@@ -389,7 +389,7 @@ def evaluate(ctx: Ctx):
     if gates_ok and review_ok and solve_sha in (None, sha):
         raise Ending(Outcome.verified, None, f"gates passed and review accepted for bundle {sha[:12]}")
     missing = [name for name, ok in (("gates", gates_ok), ("review", review_ok)) if not ok]
-    raise Ending(Outcome.generated_unverified, "evidence_incomplete",
+    raise Ending(Outcome.generated_unverified, EndReason.evidence_incomplete,
                  f"{', '.join(missing)} not passed for the current bundle {sha[:12]}")
 
 

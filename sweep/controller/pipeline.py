@@ -2,86 +2,23 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from runstate.errors import SweepError
-from runstate.files import make_private_dir, write_atomic
 from runstate.lease import LeaseLost, hand_over_lease, heartbeat_lease, read_lease, release_lease
-from runstate.markers import is_draining, read_outage, stamp_outage
-from runstate.models import Event, Outcome, Phase, RunRecord, RunState, truncate
-from runstate.runs import append_event, load_record, run_dir, save_record
+from runstate.markers import is_draining, stamp_outage
+from runstate.models import EndReason, Outcome, Phase, RunRecord, RunState, truncate
+from runstate.runs import load_record, run_dir
 from sweep.campaign import load_campaign, load_candidate
 from sweep.controller.budget import Budget
+from sweep.controller.context import AttemptFailed, Ctx, Ending, ExitCode, Interrupted, Park
 
 RECORD_WAIT_S = 300          # how long a job waits for the tick (or the next tick) to record it
-PHASE_ROLE = {Phase.author: "author", Phase.review: "reviewer", Phase.solve: "solver"}
-
-
-# ---- how a controller stops -------------------------------------------------------------------
-
-class Interrupted(BaseException):
-    """SIGTERM (scancel, preemption, time limit) or a lost lease: stop now, at a safe point."""
-
-
-@dataclass
-class Ending(Exception):
-    outcome: Outcome
-    reason: str | None
-    detail: str = ""
-
-
-@dataclass
-class Park(Exception):
-    role: str
-    kind: str
-    detail: str
-    also: tuple[str, ...] = ()      # more roles to stamp (a config failure stops the whole key family)
-
-
-@dataclass
-class AttemptFailed(Exception):
-    detail: str
-
-
-@dataclass
-class Ctx:
-    campaign_dir: Path
-    campaign: Any
-    rdir: Path
-    run_id: str
-    token: str
-    job_id: str
-    record: RunRecord
-    budget: Budget
-    candidate: Any
-    stop_reason: str | None = None
-    lease_lost: bool = False
-    interrupting: bool = False
-    log: Any = None
-    extra: dict = field(default_factory=dict)
-
-    def say(self, text: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {self.run_id}: {text}", file=sys.stdout, flush=True)
-
-    def event(self, kind: str, **kw) -> None:
-        append_event(self.rdir, Event(run_id=self.run_id, kind=kind, by=f"job:{self.job_id}", **kw))
-
-    def save(self, **update) -> RunRecord:
-        """Write the record, but only while it is still ours (same job, not ended by someone else)."""
-        current = load_record(self.rdir).value
-        if current is None or current.job_id != self.job_id or current.state is not RunState.active:
-            raise LeaseLost(f"state.json no longer names job {self.job_id}", path=self.rdir)
-        self.record = save_record(self.rdir, current.model_copy(update=update))
-        return self.record
 
 
 # ---- the controller's child process groups ----------------------------------------------------
@@ -193,17 +130,17 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
     view = read_lease(rdir)
     if view is None or view.lease is None or view.lease.token != token:
         print(f"{run_id}: the lease is not this submission's (token {token}); exiting without acting")
-        return 3
+        return ExitCode.not_holder
     if view.lease.job_id is None:
         hand_over_lease(rdir, token=token, job_id=job_id)       # the tick died before handing over
     elif view.lease.job_id != job_id:
         print(f"{run_id}: the lease is held by job {view.lease.job_id}; exiting without acting")
-        return 3
+        return ExitCode.not_holder
     record = _wait_for_record(rdir, job_id, token)
     if record is None:
         release_lease(rdir, token=token)
         print(f"{run_id}: the record never named job {job_id} within {RECORD_WAIT_S}s; gave the lease back")
-        return 4
+        return ExitCode.never_recorded
 
     budget = Budget(rdir, run_id, record.allocation_usd)
     ctx = Ctx(campaign_dir, campaign, rdir, run_id, token, job_id, record, budget, load_candidate(rdir))
@@ -278,11 +215,11 @@ def _run_phases(ctx: Ctx) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)     # finish the checkpoint undisturbed
         if ctx.lease_lost:
             ctx.say(f"stopping without writing: {ctx.stop_reason}")
-            return 5
+            return ExitCode.lease_lost
         return _fail(ctx, f"interrupted by {ctx.stop_reason} during phase {ctx.record.phase.value}")
     except LeaseLost as exc:
         ctx.say(f"stopping without writing: {exc}")
-        return 5
+        return ExitCode.lease_lost
 
 
 def _release(ctx: Ctx) -> None:
@@ -302,7 +239,7 @@ def _end(ctx: Ctx, end: Ending) -> int:
               + (f" — {end.detail}" if end.detail else ""))
     _release(ctx)
     ctx.say(f"ended {end.outcome.value}" + (f" ({end.reason})" if end.reason else ""))
-    return 0
+    return ExitCode.ok
 
 
 def _park(ctx: Ctx, park: Park) -> int:
@@ -317,20 +254,20 @@ def _park(ctx: Ctx, park: Park) -> int:
               detail=f"{park.kind} in {park.role}; cooldown until {stamp.until:.0f}: {park.detail}")
     _release(ctx)
     ctx.say(f"parked: {park.kind} in role {park.role}; not counted as an attempt")
-    return 0
+    return ExitCode.ok
 
 
 def _fail(ctx: Ctx, detail: str) -> int:
     rec = ctx.record
     attempts = rec.attempts + 1
     if attempts >= rec.max_attempts:
-        return _end(ctx, Ending(Outcome.blocked, "max_attempted", detail))
+        return _end(ctx, Ending(Outcome.blocked, EndReason.max_attempted, detail))
     ctx.save(state=RunState.queued, attempts=attempts, canary_for=None, last_error=truncate(detail, 500))
     ctx.event("attempt_failed", from_state="active", to_state="queued", phase=rec.phase.value,
               detail=f"attempt {attempts}/{rec.max_attempts}: {detail}")
     _release(ctx)
     ctx.say(f"attempt failed ({attempts}/{rec.max_attempts}): {detail}")
-    return 0
+    return ExitCode.ok
 
 
 def _stop_at_checkpoint(ctx: Ctx, why: str) -> int:
@@ -338,25 +275,4 @@ def _stop_at_checkpoint(ctx: Ctx, why: str) -> int:
     ctx.event("stopped", from_state="active", to_state="queued", phase=ctx.record.phase.value, detail=why)
     _release(ctx)
     ctx.say(f"stopped at checkpoint before phase {ctx.record.phase.value}: {why}")
-    return 0
-
-
-def clear_cooldown_after_success(ctx: Ctx, role: str) -> None:
-    """A successful session of a role whose cooldown has passed ends the canary period."""
-    stamp = read_outage(ctx.campaign_dir, role)
-    if stamp.value is not None and not stamp.value.is_active(time.time()):
-        try:
-            stamp.path.unlink()
-            ctx.event("cooldown_cleared", detail=f"{role}: a session succeeded after the cooldown")
-        except FileNotFoundError:
-            pass
-
-
-def fresh_dir(path: Path) -> Path:
-    if path.exists():
-        shutil.rmtree(path)
-    return make_private_dir(path)
-
-
-def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    return ExitCode.ok

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from runstate.errors import SchedulerError, SweepError
 from runstate.lease import LeaseLost, acquire_lease, hand_over_lease, reap_lease, release_lease
-from runstate.models import Event, RunRecord, RunState
+from runstate.models import EndReason, Event, RunRecord, RunState
 from runstate.runs import append_event, load_record, run_dir, save_record
 from sweep.models.plan import CampaignFile
 from sweep.tick.plan import Adopt, Admit, EndRun, ReapLease, Requeue, SetHold
@@ -88,7 +88,7 @@ class Actor:
         if taken is None:
             return
         rec, rdir = taken
-        attempts = rec.attempts + 1 if a.reason == "max_attempted" else rec.attempts
+        attempts = rec.attempts + 1 if a.reason == EndReason.max_attempted else rec.attempts
         new = rec.model_copy(update={"state": RunState.ended, "outcome": a.outcome, "reason": a.reason,
                                      "attempts": attempts, "canary_for": None, "hold_reason": None,
                                      "last_error": a.why})

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runstate.lease import LeaseView, judge_lease
-from runstate.models import Lease, OutageStamp, Outcome, Phase, RunRecord, RunState
+from runstate.models import EndReason, Lease, OutageStamp, Outcome, Phase, RunRecord, RunState
 
 # the role a run needs next, by the phase it will run next
 NEXT_ROLE = {Phase.intake: "author", Phase.author: "author", Phase.gates: "reviewer",
@@ -91,7 +91,7 @@ class EndRun(Action):
     expected: RunRecord
     lease: LeaseView | None
     outcome: Outcome
-    reason: str
+    reason: EndReason
     why: str
 
 
@@ -185,7 +185,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                 busy.add(run_id)
                 committed += view.committed_usd
                 if rec.attempts + 1 >= rec.max_attempts:
-                    actions.append(EndRun(run_id, rec, lease, Outcome.blocked, "max_attempted",
+                    actions.append(EndRun(run_id, rec, lease, Outcome.blocked, EndReason.max_attempted,
                                           f"job {rec.job_id} vanished; attempt {rec.attempts + 1} of "
                                           f"{rec.max_attempts}"))
                 else:
@@ -294,7 +294,7 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
             if hold is None and not gpu_blocked:
                 cap = rec.cap_usd
                 if cap is not None and cap + 1e-9 < rec.reservation_usd:
-                    out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, "budget_exhausted",
+                    out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, EndReason.budget_exhausted,
                                       f"the candidate's cap {cap:.2f} USD is below one session's "
                                       f"reservation {rec.reservation_usd:.2f} USD"))
                     continue
@@ -304,7 +304,7 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
                     if allocation <= 0 or allocation + 1e-9 < rec.reservation_usd:
                         hold = "campaign budget exhausted"
                         if active == 0:   # nothing running can free budget: this run can never start
-                            out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, "budget_exhausted",
+                            out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, EndReason.budget_exhausted,
                                               f"campaign spent {committed:.2f} of {cfg.max_spend_usd:.2f} USD"))
                             continue
                 else:

@@ -76,7 +76,15 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
         raise Ending(Outcome.blocked, EndReason.construction_failed, f"no manifest for role {role} in roles/")
     opts = _options(ctx)
     runtime = getattr(opts.runtimes, role)
-    amount = opts.worker_reservation_usd if reserve is None else reserve
+    if reserve is None:
+        from sweep.controller.budget import UNPAID_RUNTIMES, session_reservation
+        amount = session_reservation(runtime, specs[role].budget.cost_cap_usd, opts.worker_reservation_usd)
+        if amount <= 0 and runtime not in UNPAID_RUNTIMES:
+            raise Park(role, "outage", f"configuration error: a {runtime} session costs money but role {role} has "
+                                       "no budget.cost_cap_usd and the plan no worker_reservation_usd, so "
+                                       "nothing would bound it")
+    else:
+        amount = reserve
     ok, why = ctx.budget.can_spend(amount)
     if not ok:
         raise Ending(Outcome.generated_unverified if (ctx.rdir / "task").exists() else Outcome.blocked,

@@ -248,6 +248,16 @@ def _park(ctx: Ctx, park: Park) -> int:
         if other != park.role:
             stamp_outage(ctx.campaign_dir, other, park.kind, f"(via {park.role}) {park.detail}",
                          stamped_by=f"job:{ctx.job_id}")
+    # Parks are free, but not forever: the Nth park of this run for the same role counts an
+    # attempt, so a run that trips the same failure every time cannot stall a role indefinitely.
+    parks = dict(ctx.record.checkpoints.get("parks") or {})
+    count = int(parks.get(park.role, 0)) + 1
+    limit = getattr(ctx.campaign.settings, "parks_per_attempt", 3)
+    parks[park.role] = 0 if count >= limit else count
+    ctx.save(checkpoints={**ctx.record.checkpoints, "parks": parks})
+    if count >= limit:
+        return _fail(ctx, f"parked {count} times for role {park.role} (parks_per_attempt = {limit}); "
+                          f"counted as an attempt: {park.kind}: {park.detail}")
     ctx.save(state=RunState.queued, parked_until=stamp.until, parked_role=park.role, canary_for=None,
              last_error=truncate(f"{park.kind} in role {park.role}: {park.detail}", 500))
     ctx.event("parked", from_state="active", to_state="queued", phase=ctx.record.phase.value,

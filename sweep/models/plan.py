@@ -188,6 +188,10 @@ class PlanSettings(Strict):
     max_gpu_parallel: int = Field(default=2, ge=0, le=100_000)
     max_spend_usd: float | None = Field(default=None, ge=0)
     max_attempts: int = Field(default=3, ge=1, le=100)
+    # A run parked this many times for the same role (outage, throttle, config) counts an attempt,
+    # so no run can hold a role's queue forever on parks alone (e.g. a PR that makes the CLI fail
+    # the same way every time).
+    parks_per_attempt: int = Field(default=3, ge=1, le=100)
     prior_verified: list[str] = Field(default_factory=list)
     defaults: CandidateOptions = Field(default_factory=CandidateOptions)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)

@@ -148,7 +148,9 @@ def intake(ctx: Ctx):
 def author(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256, validate_bundle
     src = _source(ctx)
-    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0) + 1
+    # after `sweep retry` revisions keep counting up, so no earlier evidence file is overwritten
+    revision = max(ctx.record.checkpoints.get("author", {}).get("revision", 0),
+                   ctx.record.checkpoints.get("retry", {}).get("after_revision", 0)) + 1
     findings = ctx.record.checkpoints.get("repair", {}).get("findings", [])
     workspace = fresh_dir(ctx.rdir / "work" / f"author-r{revision:04d}")
     _git_export(src["repo"], src["base"], workspace / "repo")
@@ -182,11 +184,14 @@ def author(ctx: Ctx):
 
 def _failed_gates_for(ctx: Ctx, sha: str) -> str | None:
     import orjson
+    since = ctx.record.checkpoints.get("retry", {}).get("after_revision", 0)
     for path in sorted((ctx.rdir / "evidence").glob("gates-r*.json")):
         try:
             ev = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
             continue
+        if (ev.get("revision") or 0) <= since:
+            continue    # judged before `sweep retry`: the operator asked for a fresh look
         if ev.get("bundle_sha256") == sha and ev.get("passed") is False:
             failed = [name for name, g in ev.get("gates", {}).items() if not g.get("ok")]
             return f"revision {ev.get('revision')}: {', '.join(failed)} failed"

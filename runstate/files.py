@@ -38,10 +38,6 @@ def temp_name(path: Path, kind: str = "tmp") -> Path:
     return path.with_name(f".{path.name}.{kind}.{unique_suffix()}")
 
 
-def is_temp_name(name: str) -> bool:
-    return name.startswith(".")
-
-
 def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -34,6 +34,10 @@ def validate_run_id(run_id: object) -> str:
     return run_id
 
 
+# The roles of the pipeline, in the order a run meets them (the shipped roles/*.toml manifests).
+PIPELINE_ROLES: tuple[str, ...] = ("author", "reviewer", "solver")
+
+
 def validate_role(role: object) -> str:
     if not isinstance(role, str) or not ROLE_RE.match(role):
         raise ValueError(f"invalid role name {role!r}: expected [a-z][a-z0-9_-]*, at most 32 characters")

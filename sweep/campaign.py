@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from runstate import RunRecord, create_run_dir, load_record, save_record
 from runstate.errors import ConfigError
 from runstate.files import make_private_dir, read_model, write_atomic, write_model_atomic
+from runstate.models import PIPELINE_ROLES
 from sweep import __version__
 from sweep.models.plan import CampaignFile, FrozenCandidate, Plan
 
@@ -117,7 +118,7 @@ def check_capabilities(options, plan_path: Path, where: str) -> None:
         raise ConfigError(f"provider {options.provider!r} is not available in this sweep "
                           f"(available: {', '.join(sorted(PROVIDERS))})", path=plan_path,
                           field=f"{where}.provider")
-    for role in ("author", "reviewer", "solver"):
+    for role in PIPELINE_ROLES:
         name = getattr(options.runtimes, role)
         if name not in RUNTIMES:
             raise ConfigError(f"session runtime {name!r} is not available in this sweep "

@@ -15,11 +15,10 @@ from typing import Any
 from runstate.files import read_model
 from runstate.lease import read_lease_at
 from runstate.markers import read_drain, read_outage
-from runstate.models import RunState, TickReport
+from runstate.models import PIPELINE_ROLES, RunState, TickReport
 from runstate.runs import list_runs, runs_root
 from sweep.campaign import load_campaign
 
-ROLES = ("author", "reviewer", "solver")
 
 
 def collect_status(campaign_dir: Path, now: float | None = None) -> dict[str, Any]:
@@ -79,7 +78,7 @@ def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
                       "requested_at": d.requested_at if d else None, "drained": drained,
                       "active": counts["active"], "held_leases": held_leases}
     cooldowns = []
-    for role in ROLES:
+    for role in PIPELINE_ROLES:
         stamp = read_outage(campaign_dir, role).value
         if stamp is not None and stamp.is_active(now):
             cooldowns.append({"role": role, "kind": stamp.kind, "left_s": stamp.until - now,

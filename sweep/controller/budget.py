@@ -86,6 +86,3 @@ class Budget:
             entries.append(e)
         self.ledger = self.ledger.model_copy(update={"entries": entries, "overrun": overrun})
         self._save()
-
-    def next_op_number(self) -> int:
-        return len(self.ledger.entries) + 1

@@ -11,12 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from runstate.models import RUN_ID_RE
+from runstate.models import PIPELINE_ROLES, RUN_ID_RE
 from sweep.models.lanes import SchedulerSettings
 
 GITHUB_PR_RE = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/pull/(\d+)/?$")
 GIT_REF_RE = re.compile(r"^[A-Za-z0-9._/@^~+-]{1,200}$")
-ROLES = ("author", "reviewer", "solver")
 
 
 class Strict(BaseModel):
@@ -69,9 +68,9 @@ class CandidateOptions(Strict):
     @classmethod
     def _check_runtime_options(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for role in v:
-            if role not in ROLES:
+            if role not in PIPELINE_ROLES:
                 raise ValueError(f"runtime_options has an entry for {role!r}, which is not a role "
-                                 f"(roles: {', '.join(ROLES)})")
+                                 f"(roles: {', '.join(PIPELINE_ROLES)})")
         return v
 
     def merged_over(self, base: "CandidateOptions", explicitly_set: set[str]) -> "CandidateOptions":

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 from runstate.errors import ConfigError
+from runstate.models import PIPELINE_ROLES
 from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
 
-ORACLE_ROLES = frozenset({"author", "reviewer", "solver"})
+ORACLE_ROLES = frozenset(PIPELINE_ROLES)
 # The directory holding the `sweep`, `roles` and `runstate` packages, for the child's PYTHONPATH.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

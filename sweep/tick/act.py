@@ -13,11 +13,16 @@ import secrets
 from pathlib import Path
 
 from runstate.errors import SchedulerError, SweepError
-from runstate.lease import LeaseLost, acquire_lease, hand_over_lease, reap_lease, release_lease
+from runstate.lease import LeaseLost, acquire_lease, hand_over_lease, reap_lease, release_lease, sweep_tombstones
 from runstate.models import EndReason, Event, RunRecord, RunState
 from runstate.runs import append_event, load_record, run_dir, save_record
 from sweep.models.plan import CampaignFile
 from sweep.tick.plan import Adopt, Admit, EndRun, ReapLease, Requeue, SetHold
+
+
+# A lease operation's tombstone lives for milliseconds; one this old was left by a killed process.
+# The tick removes them in the runs it acts on (one listdir each, never a scan of every run).
+TOMBSTONE_AGE_S = 120.0
 
 
 def controller_argv(campaign: CampaignFile, campaign_dir: Path, run_id: str, token: str) -> list[str]:
@@ -57,6 +62,7 @@ class Actor:
 
     def _do_reaplease(self, a: ReapLease) -> None:
         ok = reap_lease(run_dir(self.dir, a.run_id), a.view)
+        sweep_tombstones(run_dir(self.dir, a.run_id), TOMBSTONE_AGE_S)
         self.done.append({"kind": "reap", "run_id": a.run_id, "detail": a.why if ok else "lease changed; kept"})
         if ok:
             self._event(a.run_id, "lease_reaped", detail=a.why)
@@ -69,6 +75,7 @@ class Actor:
         rdir = run_dir(self.dir, a.run_id)
         if a.lease is not None:
             reap_lease(rdir, a.lease)
+        sweep_tombstones(rdir, TOMBSTONE_AGE_S)
         return rec, rdir
 
     def _do_requeue(self, a: Requeue) -> None:
@@ -127,6 +134,7 @@ class Actor:
         if rec is None:
             return
         rdir = run_dir(self.dir, a.run_id)
+        sweep_tombstones(rdir, TOMBSTONE_AGE_S)
         token = secrets.token_hex(6)
         if acquire_lease(rdir, run_id=a.run_id, token=token, holder="tick") is None:
             self.done.append({"kind": "skipped", "run_id": a.run_id, "detail": "lease already held"})

@@ -14,11 +14,10 @@ from pathlib import Path
 from runstate.files import read_model
 from runstate.lease import read_lease_at
 from runstate.markers import is_draining, read_outage
-from runstate.models import RunState, SpendLedger
+from runstate.models import PIPELINE_ROLES, RunState, SpendLedger
 from runstate.runs import list_runs, runs_root
 from sweep.tick.plan import QueueJob, RunView, Snapshot
 
-ROLES = ("author", "reviewer", "solver")
 SPEND_FILE = "spend.json"
 
 
@@ -41,7 +40,7 @@ def observe(campaign_dir: Path, scheduler) -> tuple[Snapshot, dict]:
                      if rec.allocation_usd is not None and rec.state is not RunState.ended else 0.0)
         runs[run_id] = RunView(rec, lease, committed)
     stamps = {}
-    for role in ROLES:
+    for role in PIPELINE_ROLES:
         stamp = read_outage(campaign_dir, role).value
         if stamp is not None:
             stamps[role] = stamp

@@ -1,8 +1,7 @@
 """bubblewrap: the kernel-enforced half of the local provider's sandbox.
 
 The sandbox sees the host's root read-only, its own /proc, /dev and an empty tmpfs /tmp, and only
-the paths in `write_paths` writable. Measured on the development machine (see
-/work/shared/research/execution.md section 6) plus one finding of our own: run as root without a
+the paths in `write_paths` writable. What matters, measured: run as root without a
 user namespace, bwrap keeps every capability by default, and a sandboxed root process can then
 `mount -o remount,bind,rw /` and write to the host through the read-only root. `--cap-drop ALL` is
 therefore part of every sandbox, not an option.

@@ -23,41 +23,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweep.redact import Redactor   # every spelling of a secret (base64, hex, split), see sweep/redact.py
+
 TAIL_BYTES = 16 * 1024
-REDACTED = b"[REDACTED]"
-MIN_SECRET_LEN = 4      # redacting shorter values would shred the transcript and reveal little
 POLL_S = 0.05
-
-
-class Redactor:
-    """Replaces secret values in a byte stream, including values split across chunks."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        values = {s.encode() for s in secrets if s and len(s) >= MIN_SECRET_LEN}
-        self._secrets = sorted(values, key=len, reverse=True)
-        self._keep = max((len(s) for s in self._secrets), default=1) - 1
-        self._pending = b""
-
-    def _scrub(self, data: bytes) -> bytes:
-        for value in self._secrets:
-            data = data.replace(value, REDACTED)
-        return data
-
-    def feed(self, chunk: bytes) -> bytes:
-        data = self._scrub(self._pending + chunk)
-        if not self._keep:
-            self._pending = b""
-            return data
-        # Hold back what could be the start of a secret whose end has not arrived yet.
-        self._pending = data[-self._keep:]
-        return data[:-self._keep]
-
-    def flush(self) -> bytes:
-        data, self._pending = self._scrub(self._pending), b""
-        return data
-
-    def scrub_text(self, text: str) -> str:
-        return self._scrub(text.encode(errors="replace")).decode(errors="replace")
 
 
 class _Pump(threading.Thread):

@@ -17,6 +17,7 @@ from runstate.lease import read_lease_at
 from runstate.markers import read_drain, read_outage
 from runstate.models import PIPELINE_ROLES, RunState, TickReport
 from runstate.runs import list_runs, runs_root
+from sweep import textsafe
 from sweep.campaign import load_campaign
 
 
@@ -164,4 +165,5 @@ def render_status(st: dict[str, Any], limit: int = 20) -> str:
                 out.append(f"  {e['run_id']:<40} {e['reason'] or ''}")
             if len(ended) > limit:
                 out.append(f"  ... and {len(ended) - limit} more")
-    return "\n".join(out)
+    # each line escaped on its own, newlines too: a PR's or an agent's text cannot forge a line
+    return "\n".join(textsafe.line(text) for text in out)

@@ -14,13 +14,14 @@ def status(campaign: str | None, as_json: bool) -> None:
     Last tick age (with a warning past three intervals), drain state, counts per state and outcome,
     active runs with job id, lane, phase and attempts, role cooldowns, held and failing runs.
     """
+    from sweep import textsafe
     from sweep.campaign import find_campaign
     from sweep.status import collect_status, render_status
     d = find_campaign(campaign)
     st = collect_status(d)
     if as_json:
         import orjson
-        click.echo(orjson.dumps(st, option=orjson.OPT_INDENT_2).decode())
+        click.echo(textsafe.json_text(orjson.dumps(st, option=orjson.OPT_INDENT_2).decode()))
         return
     click.echo(render_status(st))
     if st["drain"] and st["drain"]["drained"]:
@@ -45,7 +46,13 @@ def show(run_id: str, campaign: str | None, as_json: bool) -> None:
     from runstate.lease import read_lease
     from runstate.models import validate_run_id
     from runstate.runs import load_record, read_events, run_dir
+    from sweep import textsafe
     from sweep.campaign import find_campaign, load_campaign
+
+    def say(text: str) -> None:
+        # record, lease and events hold text from PRs, tests and agents: escaped, one line each
+        click.echo(textsafe.line(text))
+
     d = find_campaign(campaign)
     load_campaign(d)
     try:
@@ -59,40 +66,40 @@ def show(run_id: str, campaign: str | None, as_json: bool) -> None:
     lease = read_lease(rdir)
     events, skipped = read_events(rdir)
     if as_json:
-        click.echo(orjson.dumps({
+        click.echo(textsafe.json_text(orjson.dumps({
             "record": loaded.value.model_dump(mode="json") if loaded.value else None,
             "problem": loaded.problem,
             "lease": lease.lease.model_dump(mode="json") if lease and lease.lease else None,
-            "events": [e.model_dump(mode="json") for e in events]}, option=orjson.OPT_INDENT_2).decode())
+            "events": [e.model_dump(mode="json") for e in events]}, option=orjson.OPT_INDENT_2).decode()))
         return
     if loaded.value is None:
-        click.echo(f"state.json: {loaded.problem}")
+        say(f"state.json: {loaded.problem}")
     else:
         r = loaded.value
         end = f" {r.outcome.value}" + (f":{r.reason}" if r.reason else "") if r.outcome else ""
-        click.echo(f"{run_id}: {r.state.value}{end}  phase {r.phase.value}  attempts {r.attempts}/"
-                   f"{r.max_attempts}  lane {r.lane}{'x' + str(r.gpus) if r.gpus else ''}  "
-                   f"job {r.job_id or '-'}")
+        say(f"{run_id}: {r.state.value}{end}  phase {r.phase.value}  attempts {r.attempts}/"
+            f"{r.max_attempts}  lane {r.lane}{'x' + str(r.gpus) if r.gpus else ''}  "
+            f"job {r.job_id or '-'}")
         if r.checkpoints:
-            click.echo("finished phases: " + ", ".join(r.finished_phases))
+            say("finished phases: " + ", ".join(r.finished_phases))
         if r.hold_reason:
-            click.echo(f"held: {r.hold_reason}")
+            say(f"held: {r.hold_reason}")
         if r.last_error:
-            click.echo(f"last error: {r.last_error}")
+            say(f"last error: {r.last_error}")
     if lease is None:
-        click.echo("lease: none")
+        say("lease: none")
     elif lease.lease is None:
-        click.echo(f"lease: corrupt ({lease.problem})")
+        say(f"lease: corrupt ({lease.problem})")
     else:
         ls = lease.lease
-        click.echo(f"lease: {ls.holder} {ls.job_id or ''} token {ls.token}, heartbeat "
-                   f"{datetime.datetime.fromtimestamp(ls.heartbeat_at).isoformat(timespec='seconds')}")
-    click.echo("events:")
+        say(f"lease: {ls.holder} {ls.job_id or ''} token {ls.token}, heartbeat "
+            f"{datetime.datetime.fromtimestamp(ls.heartbeat_at).isoformat(timespec='seconds')}")
+    say("events:")
     for e in events:
         when = datetime.datetime.fromtimestamp(e.ts).isoformat(timespec="seconds")
         detail = " ".join((e.detail or "").split())
         phase = f"[{e.phase}] " if e.phase else ""
-        click.echo(f"  {when}  {e.kind:<16} {phase}{detail[:200]}")
+        say(f"  {when}  {e.kind:<16} {phase}{detail[:200]}")
     if skipped:
-        click.echo(f"  ({skipped} unreadable event lines skipped)")
+        say(f"  ({skipped} unreadable event lines skipped)")
     next_step(f"sweep status --campaign {d}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 
 from runstate.files import write_atomic
+from sweep import textsafe
+from sweep.redact import Redactor
 
 
 def write_report(ctx, rec, detail: str) -> None:
@@ -28,4 +30,7 @@ def write_report(ctx, rec, detail: str) -> None:
               f"Written {time.strftime('%Y-%m-%d %H:%M:%S')} by job {rec.job_id}.", "",
               "Evidence files: `evidence/`; task bundle: `task/`; earlier revisions: `revisions/`; "
               "sessions: `sessions/`.", ""]
-    write_atomic(ctx.rdir / "report.md", "\n".join(lines).encode())
+    # the detail and summaries carry text from the PR, tests and agents: no control character and
+    # no secret reaches a file an operator will `cat`
+    redactor = Redactor()
+    write_atomic(ctx.rdir / "report.md", "\n".join(textsafe.line(redactor.scrub(text)) for text in lines).encode())

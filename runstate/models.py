@@ -93,6 +93,7 @@ class EndReason(StrEnum):
     review_failed = "review_failed"
     review_rejected = "review_rejected"
     evidence_incomplete = "evidence_incomplete"  # the evaluate phase lacks evidence for `verified`
+    secret_in_bundle = "secret_in_bundle"        # the author's bundle held a secret (now redacted)
 
 
 class RunRecord(Tolerant):

@@ -139,6 +139,9 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
     plan = load_plan(plan_path)
     frozen = resolve_candidates(plan, plan_path)
     sha = plan_sha256(plan)
+    if plan.secrets:      # paths frozen absolute, each file checked (0600, yours) before anything is written
+        from sweep.credentials import resolve_plan_secrets
+        plan = plan.model_copy(update={"secrets": resolve_plan_secrets(plan.secrets, plan_path)})
     existing = campaign_dir / CAMPAIGN_FILE
     if existing.exists():
         current = load_campaign(campaign_dir)

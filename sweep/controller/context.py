@@ -21,8 +21,10 @@ from runstate.lease import LeaseLost
 from runstate.markers import read_outage
 from runstate.models import EndReason, Event, Outcome, RunRecord, RunState
 from runstate.runs import append_event, load_record, save_record
+from sweep import textsafe
 from sweep.controller.budget import Budget
 from sweep.models.plan import CampaignFile, FrozenCandidate
+from sweep.redact import Redactor
 
 
 class ExitCode(IntEnum):
@@ -77,13 +79,17 @@ class Ctx:
     roles_cache: tuple[dict[str, Any], dict[str, str]] | None = field(default=None, repr=False)
 
     def say(self, text: str) -> None:
+        text = textsafe.line(Redactor().scrub(text))     # controller.out is read on a terminal
         print(f"[{time.strftime('%H:%M:%S')}] {self.run_id}: {text}", file=sys.stdout, flush=True)
 
     def event(self, kind: str, **kw: Any) -> None:
+        kw = Redactor().scrub_obj(kw)      # details quote agents and tests: no secret in events.jsonl
         append_event(self.rdir, Event(run_id=self.run_id, kind=kind, by=f"job:{self.job_id}", **kw))
 
     def save(self, **update: Any) -> RunRecord:
         """Write the record, but only while it is still ours (same job, not ended by someone else)."""
+        redactor = Redactor()     # last_error and checkpoints quote agents and tests
+        update = {k: redactor.scrub_obj(v) if isinstance(v, (str, dict)) else v for k, v in update.items()}
         current = load_record(self.rdir).value
         if current is None or current.job_id != self.job_id or current.state is not RunState.active:
             raise LeaseLost(f"state.json no longer names job {self.job_id}", path=self.rdir)
@@ -109,4 +115,5 @@ def fresh_dir(path: Path) -> Path:
 
 
 def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    # evidence quotes test output and verdicts: scrubbed of every known secret before it is stored
+    write_atomic(path, Redactor().scrub_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2)))

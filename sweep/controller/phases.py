@@ -93,10 +93,11 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     op_id = session_dir.name
     ctx.budget.reserve(op_id, f"{role} session ({runtime})", amount)
     ctx.event("session_started", phase=ctx.record.phase.value, detail=f"{op_id} runtime {runtime}")
-    req = SessionRequest(role=specs[role], manifest_sha256=shas[role], runtime=runtime,
-                         runtime_options=dict(opts.runtime_options.get(role, {})), workspace=workspace,
-                         session_dir=session_dir, prompt=prompt, inputs=inputs)
     try:
+        req = SessionRequest(role=specs[role], manifest_sha256=shas[role], runtime=runtime,
+                             runtime_options=dict(opts.runtime_options.get(role, {})), workspace=workspace,
+                             session_dir=session_dir, prompt=prompt, inputs=inputs,
+                             secrets=_role_secrets(ctx, specs[role], runtime, opts.runtime_options.get(role)))
         result = run_session(req, _provider(ctx))
     except (ConfigError, ProviderError) as exc:
         # refused up front (bad runtime options, a runtime that cannot honour the manifest, an
@@ -127,16 +128,46 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     return result
 
 
+def _role_secrets(ctx: Ctx, spec, runtime: str, options: dict | None) -> dict:
+    """The plan's secret for this role's key family, only for a runtime that talks to a model API."""
+    from sweep.credentials import runtime_uses_credentials, session_secrets
+    if not runtime_uses_credentials(runtime, options):
+        return {}
+    return session_secrets(ctx.campaign.settings, spec.key_family)
+
+
+def _end_if_secret_in_bundle(ctx: Ctx, bundle: Path, revision: int, *, install: bool) -> None:
+    """A bundle holding a secret (in any spelling sweep/redact.py knows) ends the run blocked.
+
+    The files are redacted in place first, and the redacted bundle is installed as task/, so the
+    evidence of what the author did is kept without the secret in it.
+    """
+    from sweep.redact import Redactor
+    redactor = Redactor()
+    leaked = redactor.files_with_secrets(bundle)
+    if not leaked:
+        return
+    for rel in leaked:
+        redactor.scrub_file(bundle / rel)
+    if install:
+        _install_bundle(ctx, bundle)
+    write_json(make_private_dir(ctx.rdir / "evidence") / f"secret-scan-r{revision:04d}.json",
+               {"files": leaked, "redacted": True, "at": time.time()})
+    shown = ", ".join(leaked[:5]) + (f" and {len(leaked) - 5} more" if len(leaked) > 5 else "")
+    raise Ending(Outcome.blocked, EndReason.secret_in_bundle,
+                 f"revision {revision} of the bundle held a secret (now redacted) in: {shown}")
+
+
 # ---- phases -----------------------------------------------------------------------------------
 
 def intake(ctx: Ctx):
-    from sweep.controller.intake import IntakeFailed, IntakeTransient, take_in
+    from sweep.controller.intake import GithubSettings, IntakeFailed, IntakeTransient, take_in
     prior = {p.strip().lower() for p in ctx.campaign.settings.prior_verified}
     fc = ctx.candidate
     if fc.pr_key.lower() in prior or (fc.candidate.url or "").lower() in prior or fc.run_id in prior:
         raise Ending(Outcome.blocked, EndReason.duplicate, f"{fc.pr_key} is in the plan's prior_verified")
     try:
-        src = take_in(ctx.rdir, fc)
+        src = take_in(ctx.rdir, fc, GithubSettings.for_campaign(ctx.campaign.settings) if fc.candidate.url else None)
     except IntakeFailed as exc:
         raise Ending(Outcome.blocked, EndReason.intake_failed, str(exc)) from None
     except IntakeTransient as exc:
@@ -166,6 +197,7 @@ def author(ctx: Ctx):
         if result.reason in PERMANENT_REFUSALS:     # the PR itself cannot become a task: retrying cannot help
             raise Ending(Outcome.blocked, EndReason.construction_failed, result.evidence or result.reason)
         raise AttemptFailed(f"author session {result.status}: {result.reason or ''} {result.evidence[:300]}")
+    _end_if_secret_in_bundle(ctx, workspace / "task", revision, install=True)
     problems = validate_bundle(workspace / "task")
     if problems:
         return _repair_or_end(ctx, "author", [f"bundle invalid: {p}" for p in problems[:10]],
@@ -395,6 +427,7 @@ def evaluate(ctx: Ctx):
     bundle = ctx.rdir / "task"
     if not bundle.exists():
         raise Ending(Outcome.blocked, EndReason.construction_failed, "no task bundle was produced")
+    _end_if_secret_in_bundle(ctx, bundle, cps.get("author", {}).get("revision", 0), install=False)
     sha = bundle_sha256(bundle)
     gates_ok = cps.get("gates", {}).get("passed") is True and cps["gates"].get("bundle_sha256") == sha
     review_ok = cps.get("review", {}).get("verdict") == "accept" and cps["review"].get("bundle_sha256") == sha

@@ -15,6 +15,7 @@ from runstate.markers import is_draining, stamp_outage
 from runstate.models import EndReason, Outcome, Phase, RunRecord, RunState, truncate
 from runstate.runs import load_record, run_dir
 from sweep.campaign import load_campaign, load_candidate
+from sweep.redact import Redactor
 from sweep.controller.budget import Budget
 from sweep.controller.context import AttemptFailed, Ctx, Ending, ExitCode, Interrupted, Park
 
@@ -124,6 +125,8 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
         raise SweepError("SWEEP_JOB_ID is not set: the controller runs only as a job the tick submitted",
                          hint="use `sweep tick`, not `sweep controller` by hand")
     campaign = load_campaign(campaign_dir)
+    from sweep.credentials import register_known_secrets
+    register_known_secrets(campaign.settings)      # every stored text is scrubbed of them from now on
     rdir = run_dir(campaign_dir, run_id)
     runtime_sha = check_runtime(campaign_dir)            # refuses a runtime other than the frozen one
 
@@ -243,6 +246,7 @@ def _end(ctx: Ctx, end: Ending) -> int:
 
 
 def _park(ctx: Ctx, park: Park) -> int:
+    park.detail = Redactor().scrub(park.detail)     # the outage stamp is read by every tick and status
     stamp = stamp_outage(ctx.campaign_dir, park.role, park.kind, park.detail, stamped_by=f"job:{ctx.job_id}")
     for other in park.also:
         if other != park.role:

@@ -147,6 +147,31 @@ class Candidate(Strict):
         return f"{self.repo}@{self.base}..{self.head}"
 
 
+SECRET_FAMILIES = ("anthropic", "openai", "github")     # the RoleSpec key families, and intake's GitHub
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class SecretSource(Strict):
+    """Where one key family's secret comes from: `file` (0600, yours) or `env` (a variable name of
+    the controller's environment); `variable` is the name the session sees it under. See
+    sweep/credentials.py. Only the reference is stored, never the value."""
+
+    file: str | None = None
+    env: str | None = None
+    variable: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "SecretSource":
+        if (self.file is None) == (self.env is None):
+            raise ValueError("give exactly one of file (a path to a 0600 file) or env (a variable name)")
+        if self.file is not None and not self.file.strip():
+            raise ValueError("file is empty")
+        for name in (self.env, self.variable):
+            if name is not None and not _ENV_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return self
+
+
 class TickSettings(Strict):
     interval_minutes: int = Field(default=1, ge=1, le=59)
     lease_ttl_s: float = Field(default=1800, ge=30)       # liveness unknown -> stale after this
@@ -196,6 +221,22 @@ class PlanSettings(Strict):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     tick: TickSettings = Field(default_factory=TickSettings)
     scrontab: ScrontabSettings = Field(default_factory=ScrontabSettings)
+    secrets: dict[str, SecretSource] = Field(default_factory=dict)
+
+    @field_validator("secrets")
+    @classmethod
+    def _check_secrets(cls, v: dict[str, SecretSource]) -> dict[str, SecretSource]:
+        from roles.spec import KEY_FAMILY_ENV
+        for family, source in v.items():
+            if family not in SECRET_FAMILIES:
+                raise ValueError(f"secrets has an entry for {family!r}, which is not a key family "
+                                 f"(families: {', '.join(SECRET_FAMILIES)})")
+            if source.variable is not None:
+                allowed = [n for n in KEY_FAMILY_ENV.get(family, ()) if not n.endswith("_BASE_URL")]
+                if source.variable not in allowed:
+                    raise ValueError(f"secrets.{family}.variable must be one of {allowed or 'nothing'} "
+                                     f"(got {source.variable!r})")
+        return v
 
     @field_validator("name")
     @classmethod

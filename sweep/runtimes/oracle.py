@@ -30,7 +30,8 @@ class OracleRuntime:
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         # Deterministic code: it uses no agent tools, takes no turns, costs nothing, needs no network.
         return RuntimeCapabilities(restricts_tools=True, structured_output=True, max_turns=True,
-                                   cost_cap=True, needs_network=False, roles=ORACLE_ROLES)
+                                   cost_cap=True, needs_network=False, roles=ORACLE_ROLES,
+                                   uses_credentials=False)
 
     def check_options(self, options: dict) -> None:
         if options:

@@ -32,8 +32,11 @@ from runstate.errors import ConfigError
 from runstate.files import make_private_dir, write_atomic
 from sweep.providers import audit
 from sweep.providers.base import ExecResult, ExecSpec
+from sweep.providers.base import FromEnv
 from sweep.providers.local import read_secret
+from sweep.redact import Redactor
 from sweep.runtimes.base import Parsed, SessionFiles, SessionRequest, SessionResult, sane_cost, sane_turns
+from sweep.credentials import passthrough_for
 from sweep.runtimes.classify import classify_text
 
 EVIDENCE_LIMIT = 500
@@ -45,10 +48,8 @@ def _is_within(path: Path, root: Path) -> bool:
 
 
 def _scrub(text: str, secrets: list[str]) -> str:
-    for value in sorted(secrets, key=len, reverse=True):
-        if len(value) >= 4:
-            text = text.replace(value, "[REDACTED]")
-    return text
+    # every spelling (base64, hex, split across lines) of the session's and the process's secrets
+    return Redactor(secrets).scrub(text)
 
 
 def _short(text: str, secrets: list[str]) -> str:
@@ -67,6 +68,8 @@ def _preflight(req: SessionRequest) -> tuple[Path, Path, list[str]]:
     options = req.runtime_options or {}
     runtime.check_options(options)
     check_runtime_supports(req.role, req.runtime, options)
+    if not runtime.capabilities(options).uses_credentials:
+        req.secrets = {}      # oracle and nop talk to no model API: they get no secret at all
     role = req.role
     if role.source_path and Path(role.source_path).is_file():
         actual = manifest_sha256(role.source_path)
@@ -87,7 +90,7 @@ def _preflight(req: SessionRequest) -> tuple[Path, Path, list[str]]:
             raise ConfigError(f"secret {name} is not in the {role.key_family!r} key family of role "
                               f"{role.name!r} (allowed: {', '.join(role.env_allowlist) or 'none'})",
                               path=role.source_path, field="key_family")
-        secrets.append(read_secret(name, Path(path)))   # fails now, not after a snapshot
+        secrets.append(read_secret(name, path if isinstance(path, FromEnv) else Path(path)))   # fails now
     try:
         json.dumps(req.inputs)
     except (TypeError, ValueError) as exc:
@@ -103,16 +106,23 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     started = time.monotonic()
     workspace, session_dir, secrets = _preflight(req)
     runtime = get_runtime(req.runtime)
+    credentials = runtime.capabilities(req.runtime_options or {}).uses_credentials
     role = req.role
     scope = list(role.scope)
 
     make_private_dir(session_dir)
     files = SessionFiles(session_dir)
-    write_atomic(files.prompt, req.prompt.encode())
+    redactor = Redactor(secrets)
+    # the prompt and inputs carry text from the PR and from earlier roles: no secret is handed on
+    write_atomic(files.prompt, redactor.scrub(req.prompt).encode())
     write_atomic(files.instructions, role.instructions.encode())
     if role.output_schema is not None:
         write_atomic(files.output_schema, _dump(role.output_schema))
-    write_atomic(files.inputs, _dump(req.inputs))
+    write_atomic(files.inputs, _dump(redactor.scrub_obj(req.inputs)))
+    if credentials:
+        passthrough = passthrough_for(role.env_allowlist, bool(req.secrets))
+    else:
+        passthrough = ()      # not even the family's variables from the controller's environment
 
     write_roots = []
     for root in bind_roots(scope):
@@ -138,7 +148,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
             "write_paths": [str(p) for p in write_roots], "state_paths": [str(p) for p in state_paths],
             "stdin": str(invocation.stdin_path) if invocation.stdin_path else None,
             "read_paths": [str(p) for p in invocation.read_paths], "network": network,
-            "env_set": sorted(env), "env_passthrough": list(role.env_allowlist),
+            "env_set": sorted(env), "env_passthrough": list(passthrough),
             "secrets": sorted(req.secrets or {}), "isolation": provider.isolation,
             "walltime_s": role.budget.walltime_s,
         }))
@@ -150,7 +160,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
             outcome = provider.run(ExecSpec(
                 argv=argv, cwd=workspace, timeout_s=role.budget.walltime_s,
                 write_paths=(*write_roots, *state_paths), read_paths=(files.prompt, *invocation.read_paths),
-                network=network, env=env, env_passthrough=role.env_allowlist,
+                network=network, env=env, env_passthrough=passthrough,
                 secret_env=dict(req.secrets or {}), stdout_path=files.stdout, stderr_path=files.stderr,
                 pass_fds=(channel.fd,), stdin_path=invocation.stdin_path,
                 idle_timeout_s=invocation.idle_timeout_s, stdout_watch=invocation.stdout_watch))
@@ -163,6 +173,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
             shutil.rmtree(pre_copy, ignore_errors=True)
     finally:
         provider.close_output_channel(channel)
+        redactor.scrub_file(files.output)      # written by the agent itself, through the channel
 
     try:
         parsed = runtime.parse(req, files, outcome)
@@ -179,7 +190,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
         "isolation_note": getattr(provider, "isolation_note", ""), "unrestored": unrestored,
         "transcript": {"stdout": files.stdout.name, "stderr": files.stderr.name},
     })
-    write_atomic(files.result, _dump(record))
+    write_atomic(files.result, _dump(redactor.scrub_obj(record)))
     return result
 
 

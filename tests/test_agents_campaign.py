@@ -8,6 +8,7 @@ sessions from the controller's environment (the key family's variables).
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -75,3 +76,46 @@ def test_a_campaign_played_by_claude_ends_verified_with_settled_costs(tmp_path, 
     for path in d.rglob("*"):
         if path.is_file():
             assert FAKE_KEY.encode() not in path.read_bytes(), path
+
+
+CODEX_PRICES = {"input_per_mtok": 1.25, "output_per_mtok": 10.0}
+
+
+@needs_claude
+@pytest.mark.skipif(shutil.which("codex") is None, reason="the codex CLI is not installed (.ci/run installs it)")
+def test_a_campaign_with_a_codex_solver_ends_verified(tmp_path, fake):
+    from tests.fakes.agent_scripts import codex_solver_script
+    from tests.fakes.openai_api import FakeOpenAI
+    openai = FakeOpenAI()
+    try:
+        src = make_pr_repo(tmp_path / "repos", "verified")
+        fake.script("author", author_script(src))
+        fake.script("reviewer", reviewer_script())
+        openai.script("solver", codex_solver_script(src))
+        runtimes = {"author": "claude-code", "reviewer": "claude-code", "solver": "codex"}
+        options = {"author": claude_options(fake, "author"), "reviewer": claude_options(fake, "reviewer"),
+                   "solver": {"base_url": openai.url("solver"), "max_retries": 0, "stall_s": 60,
+                              "model": "gpt-5", "prices": CODEX_PRICES}}
+        plan = local_plan([candidate("pr-0", src, runtime_options=options)],
+                          defaults={"runtimes": runtimes, "quality": {"max_repairs": 0}}, max_spend_usd=50)
+        d = tmp_path / "camp"
+        sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
+        # the operator gives the solver OpenAI's key family (the manifest decides what a session sees)
+        solver_toml = d / "roles" / "solver.toml"
+        solver_toml.write_text(solver_toml.read_text().replace('key_family = "anthropic"', 'key_family = "openai"'))
+        tick_until_done(d, env={**ENV, "OPENAI_API_KEY": "sk-openai-fake-0123456789"}, timeout=300)
+
+        rec = record(d, "pr-0")
+        assert rec.outcome is Outcome.verified, (rec, rec.last_error)
+        done = sessions(d, "pr-0")
+        assert [(s["role"], s["runtime"], s["status"]) for s in done] == [
+            ("author", "claude-code", "ok"), ("reviewer", "claude-code", "ok"), ("solver", "codex", "ok")]
+        solver = done[2]
+        assert solver["session_id"] and solver["cost_usd"] > 0 and solver["turns"] >= 1
+        solve = json.loads((run_dir(d, "pr-0") / "evidence" / "solve-r0001.json").read_text())
+        assert [r["reward"] for r in solve["rollouts"]] == [1.0]
+        spend = json.loads((run_dir(d, "pr-0") / "spend.json").read_text())
+        assert [e["status"] for e in spend["entries"]] == ["settled"] * 3
+        assert spend["entries"][2]["actual_usd"] == pytest.approx(solver["cost_usd"])
+    finally:
+        openai.close()

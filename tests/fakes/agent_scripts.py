@@ -78,3 +78,16 @@ def solver_script(src: dict) -> Script:
                                for path, body in changes.items()])
         return text("Fixed.")
     return Script(dynamic=step)
+
+
+def codex_solver_script(src: dict):
+    """The same correct solver, for codex: one shell command per file (base64, so no quoting)."""
+    import base64
+    import shlex
+
+    from tests.fakes.openai_api import Script as OpenAIScript, call, say
+    changes = solution_files(src)
+    steps = [call("exec_command", {"cmd": f"printf %s {base64.b64encode(body.encode()).decode()} | base64 -d > "
+                                          + shlex.quote(f"repo/{path}")})
+             for path, body in changes.items()]
+    return OpenAIScript(steps=[*steps, say("Fixed.")])

@@ -142,6 +142,13 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
     if plan.secrets:      # paths frozen absolute, each file checked (0600, yours) before anything is written
         from sweep.credentials import resolve_plan_secrets
         plan = plan.model_copy(update={"secrets": resolve_plan_secrets(plan.secrets, plan_path)})
+    # the agent CLIs the plan uses: installed, runnable inside the sandbox, options valid; a missing
+    # binary or a bad argv is a config error now, never an attempt or an "outage" park later
+    from sweep.runtimes.preflight import check_agent_runtimes
+    for finding in check_agent_runtimes(plan, [fc.candidate for fc in frozen]):
+        if finding.level == "error":
+            raise ConfigError(finding.message, path=plan_path, field=finding.where.split(" ")[0],
+                              hint="`sweep doctor` checks every agent CLI of a campaign")
     existing = campaign_dir / CAMPAIGN_FILE
     if existing.exists():
         current = load_campaign(campaign_dir)

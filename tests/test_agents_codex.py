@@ -48,7 +48,8 @@ def test_solver_edits_the_repo_with_cost_priced_from_tokens(tmp_path, fake):
     assert result.session_id and result.turns == 2
     # 2 responses x (2000 in, 300 out) at 1.25 / 10 USD per million tokens
     assert result.cost_usd == pytest.approx((4000 * 1.25 + 600 * 10.0) / 1e6)
-    assert "y" * 200_000 in json.dumps(fake.requests[0]["input"])
+    sent = json.dumps(fake.requests[0]["input"])
+    assert "y" * 200_000 in sent and "Solve the task described" in sent     # prompt + role instructions
     argv = json.loads((req.session_dir / "argv.json").read_text())["argv"]
     assert not argv[0].endswith(".js")
     if result.isolation == "bwrap":

@@ -172,11 +172,17 @@ class CodexRuntime:
             os.chmod(strict, 0o600)
             common += ["--output-schema", str(strict)]
             read_paths.append(strict)
+        # codex has no flag for standing instructions (and AGENTS.md would live in the untrusted
+        # workspace): the role's instructions head the prompt it reads on stdin
+        stdin_file = files.session_dir / "codex-prompt.md"
+        stdin_file.write_bytes(b"# Your role\n\n" + role.instructions.encode() + b"\n\n# Your task\n\n"
+                               + files.prompt.read_bytes())
+        os.chmod(stdin_file, 0o600)
         own_sandbox = "read-only" if role.read_only else "workspace-write"
         watch = CodexWatch(role.budget.max_turns, role.budget.cost_cap_usd, opts.get("prices"))
         return Invocation(argv=[exe, *common, "-s", "danger-full-access", "-"], env={"CODEX_HOME": str(home)},
                           unsandboxed_argv=[exe, *common, "-s", own_sandbox, "-"], read_paths=read_paths,
-                          network=True, stdin_path=files.prompt, state_paths=[home],
+                          network=True, stdin_path=stdin_file, state_paths=[home],
                           idle_timeout_s=float(opts["stall_s"]), stdout_watch=watch.feed)
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:

@@ -22,17 +22,17 @@ from sweep.campaign import load_campaign
 
 
 
-def collect_status(campaign_dir: Path, now: float | None = None) -> dict[str, Any]:
+def collect_status(campaign_dir: Path, now: float | None = None, *, include_queued: bool = False) -> dict[str, Any]:
     collecting = gc.isenabled()
     gc.disable()     # acyclic records and dicts: see sweep/tick/__init__.py
     try:
-        return _collect_status(campaign_dir, now)
+        return _collect_status(campaign_dir, now, include_queued)
     finally:
         if collecting:
             gc.enable()
 
 
-def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
+def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool = False) -> dict[str, Any]:
     now = time.time() if now is None else now
     campaign_dir = Path(campaign_dir).resolve()
     campaign = load_campaign(campaign_dir)
@@ -43,6 +43,8 @@ def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
     outcomes: dict[str, int] = {}
     active, held, errors, ended = [], [], [], []
     held_leases = 0
+    queued: list[dict] = []
+    spent = 0.0          # final spend of ended runs + what in-flight runs have committed (spend.json)
     for run_id, rec in listing.records.items():
         counts[rec.state.value] += 1
         lease = read_lease_at(f"{root}/{run_id}/lease.json")
@@ -51,13 +53,21 @@ def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
         if rec.state is RunState.ended:
             key = rec.outcome.value
             outcomes[key] = outcomes.get(key, 0) + 1
-            ended.append({"run_id": run_id, "outcome": key, "reason": rec.reason})
+            ended.append({"run_id": run_id, "outcome": key, "reason": rec.reason, "lane": rec.lane})
+            spent += rec.spent_usd
         elif rec.state is RunState.active:
             active.append({"run_id": run_id, "job_id": rec.job_id, "lane": rec.lane, "gpus": rec.gpus,
                            "phase": rec.phase.value, "attempts": rec.attempts,
                            "max_attempts": rec.max_attempts})
+        if rec.state is not RunState.ended and (rec.attempts or rec.state is RunState.active
+                                                or rec.checkpoints):
+            spent += _committed(f"{root}/{run_id}/spend.json")   # only runs that may have spent
+        if include_queued and rec.state is RunState.queued:
+            queued.append({"run_id": run_id, "lane": rec.lane, "attempts": rec.attempts,
+                           "max_attempts": rec.max_attempts, "phase": rec.phase.value})
         if rec.state is RunState.queued and (rec.hold_reason or rec.parked_until):
-            held.append({"run_id": run_id, "reason": rec.hold_reason or f"parked ({rec.parked_role})"})
+            held.append({"run_id": run_id, "reason": rec.hold_reason or f"parked ({rec.parked_role})",
+                         "lane": rec.lane})
         if rec.last_error and rec.state is not RunState.ended:
             errors.append({"run_id": run_id, "error": rec.last_error})
     tick_loaded = read_model(campaign_dir / "tick.json", TickReport)
@@ -93,7 +103,23 @@ def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
             "corrupt": listing.corrupt, "tick": tick, "interval_s": interval_s,
             "draining": draining, "drain": drain_info, "cooldowns": cooldowns,
             "active": active, "held": held, "errors": errors, "ended": ended,
-            "held_leases": held_leases}
+            "held_leases": held_leases,
+            "spend": {"spent_usd": round(spent, 6), "cap_usd": s.max_spend_usd},
+            **({"queued": queued} if include_queued else {})}
+
+
+def _committed(path: str) -> float:
+    """Committed spend in a spend.json (0 when there is none or it is unreadable)."""
+    from runstate.files import parse_model_fast, read_raw
+    from runstate.models import SpendLedger
+    try:
+        raw = read_raw(path)
+    except OSError:
+        return 0.0
+    if raw is None:
+        return 0.0
+    loaded = parse_model_fast(path, raw, SpendLedger)
+    return loaded.value.committed_usd if loaded.value is not None else 0.0
 
 
 def _age(seconds: float) -> str:
@@ -105,8 +131,56 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def render_status(st: dict[str, Any], limit: int = 20) -> str:
+def filter_status(st: dict[str, Any], *, state: str | None = None, outcome: str | None = None,
+                  lane: str | None = None) -> dict[str, Any]:
+    """`st` with its run lists (active, held, queued, errors, ended) cut to the filters; counts stay whole."""
+    def keep(kind: str, row: dict) -> bool:
+        if state is not None and kind != state:
+            return False
+        if outcome is not None and (kind != "ended" or row.get("outcome") != outcome):
+            return False
+        return lane is None or row.get("lane", lane) == lane
+    out = dict(st)
+    out["active"] = [r for r in st["active"] if keep("active", r)]
+    out["held"] = [r for r in st["held"] if keep("queued", r)]
+    out["ended"] = [r for r in st["ended"] if keep("ended", r)]
+    if "queued" in st:
+        out["queued"] = [r for r in st["queued"] if keep("queued", r)]
+    if state is not None or outcome is not None or lane is not None:
+        shown = {r["run_id"] for key in ("active", "held", "ended", "queued") for r in out.get(key, [])}
+        out["errors"] = [r for r in st["errors"] if r["run_id"] in shown]
+        out["filters"] = " ".join(f"{k}={v}" for k, v in (("state", state), ("outcome", outcome), ("lane", lane)) if v)
+        out["show_verified"] = True
+    return out
+
+
+def _bar(done: float, total: float, width: int) -> str:
+    frac = 0.0 if total <= 0 else max(0.0, min(1.0, done / total))
+    filled = int(round(frac * width))
+    return "[" + "#" * filled + "-" * (width - filled) + f"] {frac * 100:3.0f}%"
+
+
+def render_progress(st: dict[str, Any], width: int = 80) -> list[str]:
+    """Two bars for a terminal: verified toward target_verified, spend against the cap."""
+    bar_w = max(10, min(40, width - 45))
+    verified = st["outcomes"].get("verified", 0)
+    target = st["target_verified"]
+    lines = [f"verified {verified:>5}/{target:<5} {_bar(verified, target, bar_w)}"]
+    spend = st.get("spend") or {}
+    spent, cap = spend.get("spent_usd", 0.0), spend.get("cap_usd")
+    if cap:
+        lines.append(f"spend  {spent:>8.2f}/{cap:<8.2f} USD {_bar(spent, cap, bar_w)}")
+    else:
+        lines.append(f"spend  {spent:>8.2f} USD (no campaign cap)")
+    return lines
+
+
+def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False, width: int = 80) -> str:
     out = [f"campaign {st['name']} ({st['campaign_id']}) at {st['campaign']}  backend {st['backend']}"]
+    if progress:
+        out += render_progress(st, width)
+    if st.get("filters"):
+        out.append(f"showing runs with {st['filters']}")
     tick = st["tick"]
     if tick is None:
         out.append("last tick: never (run `sweep tick`, or install it with `sweep scrontab --install`)")
@@ -157,7 +231,17 @@ def render_status(st: dict[str, Any], limit: int = 20) -> str:
             out.append(f"  {e['run_id']:<40} {e['error'][:160]}")
     for run_id, why in list(st["corrupt"].items())[:limit]:
         out.append(f"corrupt: {run_id}: {why}")
-    for outcome in ("generated_unverified", "blocked"):
+    if st.get("queued"):
+        out.append("queued:")
+        for q in st["queued"][:limit]:
+            out.append(f"  {q['run_id']:<40} {q['lane']:<5} next {q['phase']:<9} "
+                       f"attempts {q['attempts']}/{q['max_attempts']}")
+        if len(st["queued"]) > limit:
+            out.append(f"  ... and {len(st['queued']) - limit} more")
+    shown = ("generated_unverified", "blocked")
+    if st.get("show_verified"):
+        shown = ("verified", *shown)
+    for outcome in shown:
         ended = [e for e in st["ended"] if e["outcome"] == outcome]
         if ended:
             out.append(f"{outcome}:")

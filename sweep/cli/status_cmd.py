@@ -8,28 +8,77 @@ from sweep.cli.common import campaign_option, next_step
 @click.command("status")
 @campaign_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
-def status(campaign: str | None, as_json: bool) -> None:
+@click.option("--watch", "-w", is_flag=True, help="Refresh until Ctrl-C (reads files only; never calls Slurm).")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.option("--state", type=click.Choice(["queued", "active", "ended"]), default=None,
+              help="List only runs in this state.")
+@click.option("--outcome", type=click.Choice(["verified", "generated_unverified", "blocked"]), default=None,
+              help="List only ended runs with this outcome.")
+@click.option("--lane", type=click.Choice(["cpu", "gpu"]), default=None, help="List only runs of this lane.")
+@click.option("--all", "show_all", is_flag=True,
+              help="List every run (queued and verified too), without the 20-row cut.")
+def status(campaign: str | None, as_json: bool, watch: bool, interval: float, state: str | None,
+           outcome: str | None, lane: str | None, show_all: bool) -> None:
     """Show the campaign from its files (never calls Slurm).
 
     Last tick age (with a warning past three intervals), drain state, counts per state and outcome,
-    active runs with job id, lane, phase and attempts, role cooldowns, held and failing runs.
+    active runs with job id, lane, phase and attempts, role cooldowns, held and failing runs. On a
+    terminal, progress bars toward target_verified and spend against the cap; plain text when piped.
     """
+    import sys
+    import time
+
     from sweep import textsafe
     from sweep.campaign import find_campaign
-    from sweep.status import collect_status, render_status
+    from sweep.status import collect_status, filter_status, render_status
     d = find_campaign(campaign)
-    st = collect_status(d)
-    if as_json:
+    tty = sys.stdout.isatty()
+
+    def snapshot() -> dict:
+        st = collect_status(d, include_queued=show_all or state == "queued")
+        st = filter_status(st, state=state, outcome=outcome, lane=lane)
+        if show_all:
+            st["show_verified"] = True
+        return st
+
+    if as_json and not watch:
         import orjson
-        click.echo(textsafe.json_text(orjson.dumps(st, option=orjson.OPT_INDENT_2).decode()))
+        click.echo(textsafe.json_text(orjson.dumps(snapshot(), option=orjson.OPT_INDENT_2).decode()))
         return
-    click.echo(render_status(st))
+    limit = 10**9 if show_all else 20
+    if watch:
+        import shutil
+        try:
+            while True:
+                st = snapshot()
+                if as_json:
+                    import orjson
+                    click.echo(textsafe.json_text(orjson.dumps(st).decode()))
+                else:
+                    width = shutil.get_terminal_size((80, 24)).columns
+                    text = render_status(st, limit, progress=tty, width=width)
+                    stamp = time.strftime("%H:%M:%S")
+                    if tty:   # redraw in place: home, clear; the text itself has no escapes
+                        click.echo("\x1b[H\x1b[2J" + text
+                                   + f"\n\nrefreshed {stamp} every {interval:g}s; Ctrl-C to stop")
+                    else:
+                        click.echo(f"--- {stamp}\n{text}\n")
+                sys.stdout.flush()
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            click.echo("")
+            return
+    st = snapshot()
+    import shutil
+    click.echo(render_status(st, limit, progress=tty, width=shutil.get_terminal_size((80, 24)).columns))
     if st["drain"] and st["drain"]["drained"]:
         next_step(f"sweep runtime freeze --campaign {d}, then sweep undrain --campaign {d}")
     elif st["counts"]["queued"] + st["counts"]["active"] == 0:
-        next_step(f"look at the results in {d}/runs/*/report.md, or sweep show RUN_ID --campaign {d}")
+        next_step(f"sweep export DATASET_DIR --campaign {d}   (the verified tasks as a Harbor dataset), "
+                  f"or sweep report --campaign {d}")
     else:
-        next_step(f"sweep show RUN_ID --campaign {d}   (one run's history)")
+        next_step(f"sweep show RUN_ID --campaign {d}   (one run's history), or sweep status --watch")
 
 
 @click.command("show")

@@ -160,3 +160,13 @@ def test_reviewer_manifest_is_honoured_by_claude():
     for role in ("author", "reviewer", "solver"):
         spec, _ = shipped(role)
         check_runtime_supports(spec, "claude-code", {})
+
+
+def test_a_walltime_kill_after_a_tool_printed_503_is_a_failure(tmp_path, fake):
+    url = fake.script("solver", Script(steps=[
+        tool_calls([("Bash", {"command": "echo 'API Error: 503 Service Unavailable'; echo 'Connection refused'"})]),
+        tool_calls([("Bash", {"command": "sleep 60", "description": "wait", "timeout": 120000})])]))
+    role = custom_role("solver", walltime_s=8)
+    result, req = run_agent(tmp_path, role, "claude-code", opts(url))
+    assert "503 Service Unavailable" in (req.session_dir / "stdout.txt").read_text()    # in the stream
+    assert result.status == "timeout" and result.failure_class == "failure", result.evidence

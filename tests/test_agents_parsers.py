@@ -149,3 +149,14 @@ def test_codex_watch_stops_on_reconnects_turns_and_cost():
     assert CodexWatch(1, None, None).feed(ok).startswith("max_turns")
     assert CodexWatch(None, 0.001, {"input_per_mtok": 1.25, "output_per_mtok": 10.0}).feed(ok).startswith("max_budget")
     assert CodexWatch(80, 5.0, {"input_per_mtok": 1.25, "output_per_mtok": 10.0}).feed(ok) is None
+
+
+def test_a_walltime_kill_is_an_outage_only_while_the_cli_retries_the_api():
+    busy = ClaudeStream()
+    busy.feed_line('{"type":"system","subtype":"init","session_id":"s"}')
+    busy.feed_line('{"type":"user","message":{"content":[{"type":"tool_result","content":"API Error: 503 Service Unavailable"}]}}')
+    assert classify_stream(busy, Outcome(rc=None, timed_out=True)).failure_class == "failure"
+    retrying = ClaudeStream()
+    retrying.feed_line('{"type":"system","subtype":"init","session_id":"s"}')
+    retrying.feed_line('{"type":"system","subtype":"api_retry","attempt":1,"error_status":"529","error":"overloaded"}')
+    assert classify_stream(retrying, Outcome(rc=None, timed_out=True)).failure_class == "throttle"

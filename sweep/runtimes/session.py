@@ -40,6 +40,8 @@ from sweep.credentials import passthrough_for
 from sweep.runtimes.classify import classify_text
 
 EVIDENCE_LIMIT = 500
+# Runtimes whose failures are classified from their CLI's structured protocol only (never text).
+PROTOCOL_CLASSIFIED = frozenset({"claude-code", "codex"})
 MAX_LISTED_PATHS = 1000
 
 
@@ -209,6 +211,12 @@ def _compose(req: SessionRequest, outcome: ExecResult, parsed: Parsed, bad: list
         parsed.report = {**(parsed.report or {}), "usage_anomalies": anomalies}
     if outcome.launch_error:
         status, cls, reason, evidence = "failed", "config", "launch_error", outcome.launch_error
+    elif outcome.timed_out and req.runtime in PROTOCOL_CLASSIFIED:
+        # an agent CLI's stream is full of tool and model text: only its parser's reading of the
+        # protocol may say "outage" (e.g. the last event was an API retry), never a regex over it
+        status, reason = "timeout", "walltime"
+        cls = parsed.failure_class if parsed.failure_class in ("outage", "throttle") else "failure"
+        evidence = f"walltime of {role.budget.walltime_s:g}s exceeded; the process group was killed ({parsed.evidence})"
     elif outcome.timed_out:
         text_class, line = classify_text(outcome.stdout_tail + "\n" + outcome.stderr_tail)
         status, reason = "timeout", "walltime"

@@ -54,5 +54,12 @@ class SchedulerError(SweepError):
     """The scheduler refused or failed a call (sbatch, scancel); carries the scheduler's own message."""
 
 
+class SubmissionUncertain(SchedulerError):
+    """A submission whose outcome is unknown (timeout, socket error, no answer): the job may exist.
+
+    Never treated as a refusal: the caller keeps the lease and its token, so the next tick can find
+    the job by its name in the queue (see docs/tick.md, "Submission outcomes")."""
+
+
 class ProviderError(SweepError):
     """A sandbox provider failed or cannot honour a request."""

@@ -123,6 +123,7 @@ class RunRecord(Tolerant):
     reservation_usd: float = 0.0                # what one paid session reserves: the smallest useful allocation
     checkpoints: dict[str, dict[str, Any]] = Field(default_factory=dict)  # finished phase -> summary
     last_error: str | None = None               # e.g. a failed sbatch, shown by status
+    submitting_since: float | None = None       # an sbatch with submit_token is (or may be) in flight
     created: float = Field(default_factory=time.time)
     updated: float = Field(default_factory=time.time)
 
@@ -258,6 +259,36 @@ class TickReport(Tolerant):
     errors: list[str] = Field(default_factory=list)
     draining: bool = False
     counts: dict[str, int] = Field(default_factory=dict)
+    waiting: dict[str, list[str]] = Field(default_factory=dict)   # reason -> queued runs not admitted
+    ghosts: list[dict[str, Any]] = Field(default_factory=list)    # live jobs no lease recognises
+
+
+class LaneBackoff(Tolerant):
+    """One lane's back-off after refused submissions (lane-backoff.json, written by the tick)."""
+
+    failures: int = 0               # refused submissions in a row
+    until: float = 0.0              # no submission to this lane before this time (one probe after)
+    message: str = ""               # Slurm's own words for the last refusal, in full
+    since: float = 0.0              # first refusal of this series
+
+
+class LaneBackoffFile(Tolerant):
+    schema_version: int = SCHEMA_VERSION
+    lanes: dict[str, LaneBackoff] = Field(default_factory=dict)
+
+
+class GhostJob(Tolerant):
+    name: str
+    first_seen: float
+    gpus: int = 0
+
+
+class GhostsFile(Tolerant):
+    """ghosts.json: jobs with this campaign's prefix that no lease or record recognises (tick memory)."""
+
+    schema_version: int = SCHEMA_VERSION
+    jobs: dict[str, GhostJob] = Field(default_factory=dict)       # job id -> first sighting
+    cancelled: list[dict[str, Any]] = Field(default_factory=list)  # the last 100 cancellations
 
 
 class SpendEntry(Tolerant):

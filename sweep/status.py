@@ -45,6 +45,13 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
     held_leases = 0
     queued: list[dict] = []
     spent = 0.0          # final spend of ended runs + what in-flight runs have committed (spend.json)
+    tick_loaded = read_model(campaign_dir / "tick.json", TickReport)
+    # why each queued run was not admitted, as the last tick's planner said (tick.json)
+    waiting_reason: dict[str, str] = {}
+    if tick_loaded.value is not None:
+        for reason, ids in tick_loaded.value.waiting.items():
+            for rid in ids:
+                waiting_reason[rid] = reason
     for run_id, rec in listing.records.items():
         counts[rec.state.value] += 1
         lease = read_lease_at(f"{root}/{run_id}/lease.json")
@@ -65,12 +72,15 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         if include_queued and rec.state is RunState.queued:
             queued.append({"run_id": run_id, "lane": rec.lane, "attempts": rec.attempts,
                            "max_attempts": rec.max_attempts, "phase": rec.phase.value})
-        if rec.state is RunState.queued and (rec.hold_reason or rec.parked_until):
-            held.append({"run_id": run_id, "reason": rec.hold_reason or f"parked ({rec.parked_role})",
-                         "lane": rec.lane})
+        if rec.state is RunState.queued:
+            reason = rec.hold_reason or waiting_reason.get(run_id) or (
+                f"parked ({rec.parked_role})" if rec.parked_until else "waiting for the next tick")
+            entry = {"run_id": run_id, "reason": reason, "lane": rec.lane}
+            if rec.submitting_since is not None:
+                entry["submitting_since"] = rec.submitting_since
+            held.append(entry)
         if rec.last_error and rec.state is not RunState.ended:
             errors.append({"run_id": run_id, "error": rec.last_error})
-    tick_loaded = read_model(campaign_dir / "tick.json", TickReport)
     tick = None
     interval_s = s.tick.interval_minutes * 60
     if tick_loaded.value is not None:
@@ -78,7 +88,8 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         age = now - t.finished_at
         tick = {"age_s": age, "duration_s": t.duration_s, "squeue_known": t.squeue_known,
                 "squeue_error": t.squeue_error, "stale": age > 3 * interval_s,
-                "errors": t.errors, "actions": len(t.actions)}
+                "errors": t.errors, "actions": len(t.actions), "ghosts": t.ghosts,
+                "waiting": {reason: len(ids) for reason, ids in t.waiting.items()}}
     drain = read_drain(campaign_dir)
     draining = not drain.missing
     drain_info = None
@@ -97,7 +108,11 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         elif stamp is not None:
             cooldowns.append({"role": role, "kind": stamp.kind, "left_s": 0.0, "detail": stamp.detail,
                               "canary": True})
-    return {"campaign": str(campaign_dir), "name": s.name, "campaign_id": campaign.campaign_id,
+    from sweep.tick.act import read_lane_backoff
+    lanes = [{"lane": lane, "failures": b.failures, "until": b.until, "left_s": max(0.0, b.until - now),
+              "message": b.message} for lane, b in sorted(read_lane_backoff(campaign_dir).items())
+             if b.failures]
+    return {"campaign": str(campaign_dir), "lanes_backing_off": lanes, "name": s.name, "campaign_id": campaign.campaign_id,
             "backend": s.scheduler.backend, "target_verified": s.target_verified,
             "runs": len(listing.records), "counts": counts, "outcomes": outcomes,
             "corrupt": listing.corrupt, "tick": tick, "interval_s": interval_s,
@@ -120,6 +135,11 @@ def _committed(path: str) -> float:
         return 0.0
     loaded = parse_model_fast(path, raw, SpendLedger)
     return loaded.value.committed_usd if loaded.value is not None else 0.0
+
+
+def _first_line(text: str) -> str:
+    """An error in full on one line: never cut mid-word (Slurm's own words are the useful part)."""
+    return " ".join(text.split())
 
 
 def _age(seconds: float) -> str:
@@ -193,6 +213,9 @@ def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False
         out.append(line)
         for err in tick["errors"][:3]:
             out.append(f"  tick error: {err}")
+        for g in tick.get("ghosts") or []:
+            out.append(f"  ghost job {g['job_id']} ({g['name']}): no lease knows it; counted against "
+                       "the limits, cancelled after tick.ghost_grace_s")
     if st["draining"]:
         d = st["drain"]
         why = f" — reason: {d['reason']}" if d and d.get("reason") else ""
@@ -221,14 +244,26 @@ def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False
                        f"{a['attempts']}/{a['max_attempts']}")
         if len(st["active"]) > limit:
             out.append(f"  ... and {len(st['active']) - limit} more")
+    for b in st.get("lanes_backing_off") or []:
+        state = (f"backing off, {_age(b['left_s'])} left" if b["left_s"] > 0 else "back-off over, probing")
+        out.append(f"lane {b['lane']}: {b['failures']} refused submission(s) in a row, {state}")
+        out.append(f"  slurm said: {_first_line(b['message'])}")
     if st["held"]:
-        out.append("held:")
-        for h in st["held"][:limit]:
-            out.append(f"  {h['run_id']:<40} {h['reason']}")
+        out.append("not admitted (queued), and why:")
+        if len(st["held"]) <= limit:
+            for h in st["held"]:
+                out.append(f"  {h['run_id']:<40} {h['reason']}")
+        else:
+            by_reason: dict[str, list[str]] = {}
+            for h in st["held"]:
+                by_reason.setdefault(h["reason"], []).append(h["run_id"])
+            for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:limit]:
+                shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+                out.append(f"  {len(ids):>6} runs: {reason}  ({shown})")
     if st["errors"]:
         out.append("errors:")
         for e in st["errors"][:limit]:
-            out.append(f"  {e['run_id']:<40} {e['error'][:160]}")
+            out.append(f"  {e['run_id']:<40} {_first_line(e['error'])}")
     for run_id, why in list(st["corrupt"].items())[:limit]:
         out.append(f"corrupt: {run_id}: {why}")
     if st.get("queued"):

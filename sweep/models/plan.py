@@ -179,6 +179,12 @@ class TickSettings(Strict):
     max_runtime_s: float = Field(default=300, ge=10)      # a tick kills itself past this (frees the lock)
     controller_command: list[str] | None = None           # default: the frozen runtime's controller
     heartbeat_s: float = Field(default=60, ge=1)
+    # an sbatch that got no answer may still have queued its job: its lease (and token) are kept
+    # this long, while each tick looks for the token in the queue, before it counts as not submitted
+    uncertain_submit_s: float = Field(default=600, ge=0)
+    ghost_grace_s: float = Field(default=120, ge=0)       # an unrecognised job of ours lives this long before scancel
+    lane_backoff_s: float = Field(default=30, ge=0)       # first back-off of a lane whose sbatch was refused
+    lane_backoff_max_s: float = Field(default=1800, ge=0)  # the back-off doubles per refusal up to this
 
 
 class ScrontabSettings(Strict):

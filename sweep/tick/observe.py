@@ -44,7 +44,10 @@ def observe(campaign_dir: Path, scheduler) -> tuple[Snapshot, dict]:
         stamp = read_outage(campaign_dir, role).value
         if stamp is not None:
             stamps[role] = stamp
+    from sweep.tick.act import read_ghosts, read_lane_backoff
     snap = Snapshot(now=now, queue_known=queue.known, queue=jobs, runs=runs,
-                    draining=is_draining(campaign_dir), stamps=stamps, capacity=scheduler.capacity())
+                    draining=is_draining(campaign_dir), stamps=stamps, capacity=scheduler.capacity(),
+                    ghosts_seen=read_ghosts(campaign_dir).jobs, lanes=read_lane_backoff(campaign_dir),
+                    corrupt_runs=frozenset(listing.corrupt))
     meta = {"squeue_error": queue.error, "corrupt": listing.corrupt}
     return snap, meta

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from runstate.errors import SchedulerError
+from runstate.errors import SchedulerError, SubmissionUncertain
 from sweep.models.lanes import LanesSettings
 from sweep.scheduler.base import JobSpec, QueueSnapshot, check_name_prefix, validate_job
 from sweep.scheduler.slurm.client import (SQUEUE_ENV_PREFIX, SlurmCallFailed, client_env,
@@ -85,12 +85,16 @@ class SlurmScheduler:
         try:
             out = run_client(argv, env=client_env(self._env), timeout=self.call_timeout)
         except SlurmCallFailed as exc:
-            hint = ("the job may have been queued anyway; its submission token lets the next tick "
-                    "find it in squeue" if exc.timed_out else None)
-            raise SchedulerError(f"sbatch refused job {job.name}: {exc}", hint=hint) from None
+            if exc.uncertain:
+                raise SubmissionUncertain(
+                    f"sbatch got no answer for job {job.name}: {exc}",
+                    hint="the job may have been queued anyway; its submission token lets the next "
+                         "tick find it in squeue") from None
+            raise SchedulerError(f"sbatch refused job {job.name}: {exc}") from None
         job_id = out.strip().splitlines()[0].split(";")[0].strip() if out.strip() else ""
         if not _JOB_ID_RE.fullmatch(job_id):
-            raise SchedulerError(f"sbatch accepted job {job.name} but printed no job id: {out.strip()!r}")
+            # rc 0: Slurm took the request; without an id we cannot tell which job it made
+            raise SubmissionUncertain(f"sbatch accepted job {job.name} but printed no job id: {out.strip()!r}")
         return job_id
 
     # -- queue ----------------------------------------------------------------------------------

@@ -119,3 +119,34 @@ def test_a_campaign_with_a_codex_solver_ends_verified(tmp_path, fake):
         assert spend["entries"][2]["actual_usd"] == pytest.approx(solver["cost_usd"])
     finally:
         openai.close()
+
+
+@needs_claude
+@pytest.mark.slurm
+def test_a_claude_campaign_through_sbatch_on_the_test_cluster_ends_verified(slurm_cluster, tmp_path, fake):
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    fake.script("author", author_script(src))
+    fake.script("reviewer", reviewer_script())
+    fake.script("solver", solver_script(src))
+    key = tmp_path / "anthropic.key"
+    key.write_text(FAKE_KEY + "\n")
+    key.chmod(0o600)
+    runtimes = {"author": "claude-code", "reviewer": "claude-code", "solver": "claude-code"}
+    options = {role: claude_options(fake, role) for role in runtimes}
+    plan = local_plan([candidate("pr-0", src, runtime_options=options)],
+                      defaults={"runtimes": runtimes, "quality": {"max_repairs": 0}}, max_spend_usd=50,
+                      secrets={"anthropic": {"file": str(key)}})
+    plan["scheduler"] = {"backend": "slurm", "lanes": {"cpu": {"partition": "cpu", "time": "10"},
+                                                       "gpu": {"partition": "gpu", "time": "10"}}}
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}       # the key comes from [secrets], not the environment
+    d = tmp_path / "camp"
+    sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d), env=env)
+    tick_until_done(d, env=env, timeout=300, pause=0.5)
+    rec = record(d, "pr-0")
+    assert rec.outcome is Outcome.verified and rec.job_id.isdigit(), (rec, rec.last_error)
+    done = sessions(d, "pr-0")
+    assert [(s["role"], s["status"]) for s in done] == [("author", "ok"), ("reviewer", "ok"), ("solver", "ok")]
+    assert all(s["cost_usd"] > 0 and s["session_id"] for s in done)
+    spend = json.loads((run_dir(d, "pr-0") / "spend.json").read_text())
+    assert [e["status"] for e in spend["entries"]] == ["settled"] * 3
+    assert all(r["api_key_set"] for r in fake.requests if r["tools"])

@@ -20,7 +20,7 @@ import orjson
 from pydantic import ValidationError
 
 from runstate import RunRecord, create_run_dir, load_record, save_record
-from runstate.errors import ConfigError
+from runstate.errors import ConfigError, validation_problem
 from runstate.files import make_private_dir, read_model, write_atomic, write_model_atomic
 from runstate.models import PIPELINE_ROLES
 from sweep import __version__
@@ -33,17 +33,7 @@ ENV_CAMPAIGN = "SWEEP_CAMPAIGN"
 
 def _pydantic_message(exc: ValidationError) -> tuple[str, str]:
     """(field, message) of the first error, with the field as a dotted path (candidates.3.url)."""
-    err = exc.errors()[0]
-    field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-    msg = err.get("msg", "invalid").removeprefix("Value error, ")
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown field (check the spelling; see docs/campaign.md for the fields)"
-    elif err.get("type") == "missing":
-        msg = "required field is missing"
-    more = len(exc.errors()) - 1
-    if more:
-        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
-    return field, msg
+    return validation_problem(exc, unknown="unknown field (check the spelling; see docs/campaign.md for the fields)")
 
 
 def load_plan(path: Path) -> Plan:

@@ -110,3 +110,16 @@ def _violations(prefix: str, allowed: tuple[str, ...]) -> list[str]:
 def test_lower_layers_do_not_import_upward():
     assert _violations("runstate", ("runstate",)) == []
     assert _violations("roles", ("roles", "runstate")) == []
+
+
+def test_harbor_uses_only_the_provider_contract():
+    """The task-bundle code runs trials through the Provider protocol, never a concrete provider."""
+    assert _violations("sweep.harbor", ("runstate", "roles", "sweep.harbor", "sweep.tree", "sweep.git",
+                                        "sweep.providers.base")) == []
+    assert not [d for m, deps in GRAPH.items() if m.startswith("sweep.harbor")
+                for d in deps if d.startswith("sweep.providers") and d != "sweep.providers.base"]
+
+
+def test_shared_utilities_are_stdlib_only():
+    for name in ("sweep.tree", "sweep.proc", "sweep.git", "runstate.atomic"):
+        assert GRAPH[name] <= {"runstate.atomic"}, (name, GRAPH[name])

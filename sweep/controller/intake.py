@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -23,6 +22,7 @@ from pathlib import Path
 import orjson
 
 from runstate.files import make_private_dir, read_bytes, write_atomic
+from sweep.git import GitFailed, run_git
 from sweep.models.plan import GITHUB_PR_RE, FrozenCandidate
 
 SOURCE_FILE = "source.json"
@@ -76,16 +76,12 @@ class GithubSettings:
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_TERMINAL_PROMPT": "0",
-           "HOME": os.environ.get("HOME", "/tmp"), "LC_ALL": "C"}   # noqa: S108 - git only reads HOME
     try:
-        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                           timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
-    except subprocess.TimeoutExpired:
-        raise IntakeTransient(f"git {args[0]} timed out after {GIT_TIMEOUT_S}s") from None
-    if r.returncode != 0:
-        raise IntakeFailed(f"git {args[0]} failed: {r.stderr.strip()[-400:]}")
-    return r.stdout
+        return run_git(args, repo=cwd, timeout=GIT_TIMEOUT_S).decode("utf-8", errors="replace")
+    except GitFailed as exc:
+        if exc.timed_out:
+            raise IntakeTransient(exc.message) from None
+        raise IntakeFailed(exc.message) from None
 
 
 def evidence_sha256(evidence: dict) -> str:

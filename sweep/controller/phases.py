@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -57,14 +56,14 @@ def _session_dir(ctx: Ctx, role: str) -> Path:
 
 
 def _git_export(repo: str, commit: str, dest: Path) -> None:
-    """The tree of `commit` into `dest` (argv only; nothing from the PR reaches a shell)."""
+    """The tree of `commit` into `dest`: git archive unpacked by tarfile's data filter (sweep.git),
+    never an external tar running as whoever runs the controller."""
+    from sweep.git import GitFailed, export_tree
     make_private_dir(dest)
-    archive = subprocess.run(["git", "-C", repo, "archive", "--format=tar", commit],
-                             capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
-    if archive.returncode != 0:
-        raise AttemptFailed(f"git archive failed: {archive.stderr.decode(errors='replace')[-300:]}")
-    subprocess.run(["tar", "-x", "-f", "-", "-C", str(dest)], input=archive.stdout, check=True,
-                   capture_output=True, timeout=600)
+    try:
+        export_tree(repo, commit, dest, timeout=600)
+    except GitFailed as exc:
+        raise AttemptFailed(exc.message[-300:]) from None
 
 
 def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
@@ -235,15 +234,13 @@ PROMPT_DIFF_LIMIT = 200_000     # characters of the PR's diff in the author's pr
 
 def _pr_diff(src: dict) -> str:
     """The PR's diff (base..head) as text for the prompt, cut at PROMPT_DIFF_LIMIT; "" if git fails."""
+    from sweep.git import GitFailed, run_git
     try:
-        done = subprocess.run(["git", "-C", src["repo"], "diff", "--no-ext-diff", "--no-textconv", "--no-color",
-                               "--no-renames", src["base"], src["head"], "--"],
-                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+        out = run_git(["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames", src["base"],
+                       src["head"], "--"], repo=src["repo"], timeout=120)
+    except GitFailed:
         return ""
-    if done.returncode != 0:
-        return ""
-    text = done.stdout.decode("utf-8", errors="replace")
+    text = out.decode("utf-8", errors="replace")
     if len(text) > PROMPT_DIFF_LIMIT:
         text = text[:PROMPT_DIFF_LIMIT] + f"\n[diff cut at {PROMPT_DIFF_LIMIT} characters]\n"
     return text

@@ -14,6 +14,7 @@ from runstate.lease import LeaseLost, hand_over_lease, heartbeat_lease, read_lea
 from runstate.markers import is_draining, stamp_outage
 from runstate.models import EndReason, Outcome, Phase, RunRecord, RunState, truncate
 from runstate.runs import load_record, run_dir
+from sweep import proc
 from sweep.campaign import load_campaign, load_candidate
 from sweep.redact import Redactor
 from sweep.controller.budget import Budget
@@ -27,70 +28,9 @@ RECORD_WAIT_S = 300          # how long a job waits for the tick (or the next ti
 CHILD_TERM_GRACE_S = 2.0     # well inside the local backend's 5 s and Slurm's KillWait (30 s)
 
 
-def _proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, ppid, pgid) of `pid` from /proc, or None if it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(")") + 2:].split()     # the command name may contain spaces and ')'
-    try:
-        return fields[0], int(fields[1]), int(fields[2])
-    except (IndexError, ValueError):
-        return None
-
-
-def _child_group_leaders(parent: int) -> list[int]:
-    own_group = os.getpgid(0)
-    leaders = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        st = _proc_stat(int(entry))
-        if st is not None and st[1] == parent and st[2] == int(entry) and st[2] != own_group:
-            leaders.append(int(entry))
-    return leaders
-
-
-def _group_running(pgid: int) -> bool:
-    """True while a live (non-zombie) process is in group `pgid`."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _proc_stat(int(entry))
-            if st is not None and st[2] == pgid and st[0] not in ("Z", "X"):
-                return True
-    return False
-
-
 def stop_child_groups(grace_s: float = CHILD_TERM_GRACE_S) -> list[int]:
-    """TERM, then KILL after `grace_s`, every process group led by a child of this process.
-
-    Sessions and trials run as children that lead their own process group (the provider starts
-    them in a new session), so a signal sent to the controller's group does not reach them. Only
-    direct children are signalled, and their group ids cannot have been recycled: a child that
-    exited stays a zombie until the provider's interrupted wait reaps it, which now never happens.
-    Returns the groups signalled (empty where /proc is unavailable).
-    """
-    try:
-        leaders = _child_group_leaders(os.getpid())
-    except OSError:
-        return []
-    for pgid in leaders:
-        _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_group_running(g) for g in leaders):
-        time.sleep(0.05)
-    for pgid in leaders:
-        if _group_running(pgid):
-            _signal_group(pgid, signal.SIGKILL)
-    return leaders
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass     # already gone
+    """TERM, then KILL, the process groups of this controller's sessions and trials (sweep.proc)."""
+    return proc.stop_child_groups(grace_s)
 
 
 # ---- lease heartbeat ----------------------------------------------------------------------------

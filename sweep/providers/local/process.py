@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweep.proc import signal_group
 from sweep.redact import Redactor   # every spelling of a secret (base64, hex, split), see sweep/redact.py
 
 TAIL_BYTES = 16 * 1024
@@ -99,13 +100,6 @@ def _leader_exited(pid: int) -> bool:
     return info is not None and info.si_pid != 0
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass   # the group is already empty (or only zombies we cannot signal): nothing left to stop
-
-
 def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: float,
                 stdout_path: Path | None, stderr_path: Path | None, secrets: list[str],
                 kill_grace_s: float, pass_fds: tuple[int, ...] = (), stdin_path: Path | None = None,
@@ -146,14 +140,14 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
             stopped = "stalled"
         if now >= deadline or stopped is not None:
             timed_out = stopped is None
-            _killpg(pgid, signal.SIGTERM)
+            signal_group(pgid, signal.SIGTERM)
             grace_end = time.monotonic() + kill_grace_s
             while not _leader_exited(proc.pid) and time.monotonic() < grace_end:
                 time.sleep(POLL_S)
             break
         time.sleep(POLL_S)
     # Kill whatever is left in the group while the leader's zombie still pins the group id.
-    _killpg(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
     rc = proc.wait()
     for pump in pumps:
         pump.join(timeout=5.0)   # a process that escaped the group may hold the pipe open: do not hang

@@ -28,8 +28,8 @@ from pathlib import Path
 from runstate.errors import SchedulerError
 from sweep.scheduler.base import (LANE_CPU, LANE_GPU, JobInfo, JobSpec, QueueSnapshot,
                                   check_name_prefix, validate_job)
-from sweep.scheduler.local.records import (FILE_MODE, JobRecord, StateDir, group_members,
-                                           is_alive, process_start_time)
+from sweep.proc import group_members, process_start_time, signal_group
+from sweep.scheduler.local.records import FILE_MODE, JobRecord, StateDir, is_alive
 
 PARTITIONS = {LANE_CPU: "local-cpu", LANE_GPU: "local-gpu"}
 LAUNCH_GRACE = 30.0     # a record without a pid this old: its launcher never ran (submitter died first)
@@ -236,7 +236,7 @@ class LocalScheduler:
                         self.state.write(record)
                         continue
                     if _owns_group(record):
-                        _signal_group(record.pid, signal.SIGTERM)
+                        signal_group(record.pid, signal.SIGTERM)
                         groups.append(record.pid)
         except TimeoutError as exc:
             raise SchedulerError(f"cannot cancel: {exc}") from None
@@ -253,7 +253,7 @@ class LocalScheduler:
                 time.sleep(0.05)
         if pending and kill_after:
             for pgid in pending:
-                _signal_group(pgid, signal.SIGKILL)
+                signal_group(pgid, signal.SIGKILL)
             self._wait_groups(pending, 5.0, kill_after=False)
 
     def _base_env(self) -> dict[str, str]:
@@ -307,13 +307,6 @@ def _owns_group(record: JobRecord) -> bool:
         return True
     started = process_start_time(record.pid)
     return started is None and bool(group_members(record.pid))
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _reap_child(pid: int) -> None:

@@ -70,11 +70,6 @@ def resolve_plan_secrets(secrets: dict, plan_path: Path) -> dict:
     return resolved
 
 
-def runtime_uses_credentials(runtime_name: str, options: dict | None = None) -> bool:
-    from sweep.runtimes import get_runtime
-    return get_runtime(runtime_name).capabilities(options or {}).uses_credentials
-
-
 def session_secrets(settings, family: str) -> dict[str, Path | FromEnv]:
     """The secret of key family `family` for one session: {variable in the child: source}.
 
@@ -148,5 +143,5 @@ def register_known_secrets(settings) -> int:
 
 
 __all__ = ["secret_file_problem", "resolve_plan_secrets", "session_secrets", "passthrough_for",
-           "runtime_uses_credentials", "github_token_source", "known_values", "register_known_secrets",
+           "github_token_source", "known_values", "register_known_secrets",
            "NON_SECRET_VARS", "DEFAULT_VARIABLE"]

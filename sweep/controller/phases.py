@@ -129,8 +129,10 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
 
 def _role_secrets(ctx: Ctx, spec, runtime: str, options: dict | None) -> dict:
     """The plan's secret for this role's key family, only for a runtime that talks to a model API."""
-    from sweep.credentials import runtime_uses_credentials, session_secrets
-    if not runtime_uses_credentials(runtime, options):
+    # Asked of the runtime here, not in sweep.credentials: runtimes import credentials, not back.
+    from sweep.credentials import session_secrets
+    from sweep.runtimes import get_runtime
+    if not get_runtime(runtime).capabilities(options or {}).uses_credentials:
         return {}
     return session_secrets(ctx.campaign.settings, spec.key_family)
 

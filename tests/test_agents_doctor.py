@@ -42,3 +42,10 @@ def test_doctor_checks_cli_key_and_endpoint(tmp_path):
         fake.close()
     down = sweep("doctor", "--campaign", str(d), env={"ANTHROPIC_API_KEY": FAKE_KEY}, check=False)
     assert down.returncode == 1 and f"127.0.0.1:{port} is unreachable" in down.stdout
+
+
+def test_init_refuses_codex_as_the_read_only_reviewer(tmp_path):
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    plan = local_plan([candidate("pr-0", src)], defaults={"runtimes": {"reviewer": "codex"}})
+    r = sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(tmp_path / "c"), check=False)
+    assert r.returncode == 2 and "cannot restrict an agent's tools" in r.stderr, r.stderr

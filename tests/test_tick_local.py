@@ -230,7 +230,7 @@ def test_not_a_campaign_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("options, field", [
     ({"provider": "modal"}, "candidates.1.options.provider"),
-    ({"runtimes": {"solver": "claude-code"}}, "candidates.1.options.runtimes.solver"),
+    ({"runtimes": {"solver": "no-such-agent"}}, "candidates.1.options.runtimes.solver"),
 ])
 def test_init_refuses_a_provider_or_runtime_it_cannot_run(tmp_path, options, field):
     plan = payload_plan(2)

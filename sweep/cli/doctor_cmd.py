@@ -22,7 +22,7 @@ def doctor(campaign: str | None, no_network: bool) -> None:
     d = find_campaign(campaign)
     camp = load_campaign(d)
     candidates = _candidates(d)
-    findings = check_agent_runtimes(camp.settings, candidates, reach=not no_network)
+    findings = check_agent_runtimes(camp.settings, candidates, reach=not no_network, roles_dir=d / "roles")
     if not findings:
         click.echo("no role of this campaign uses an agent CLI (claude-code, codex): nothing to check")
     for f in findings:

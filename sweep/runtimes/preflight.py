@@ -59,17 +59,32 @@ def _module(runtime: str):
     return mod, mod.native_binary, mod.package_root
 
 
-def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sandbox: bool = True) -> list[Finding]:
+def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sandbox: bool = True,
+                         roles_dir: Path | None = None) -> list[Finding]:
+    """Findings for every agent-CLI use; `roles_dir` holds the manifests in force (default: the
+    shipped ones, which `init` copies), so a runtime that cannot honour a role is caught here."""
+    from roles import load_manifest, shipped_manifests_dir
     from runstate.errors import ConfigError
-    from sweep.runtimes import get_runtime
+    from sweep.runtimes import check_runtime_supports, get_runtime
     findings: list[Finding] = []
+    manifests = Path(roles_dir) if roles_dir is not None else shipped_manifests_dir()
     for where, role, runtime, options in _uses(settings, candidates):
         mod, find, root_of = _module(runtime)
         try:
             get_runtime(runtime).check_options(options)
+            path = manifests / f"{role}.toml"
+            spec = load_manifest(path) if path.is_file() else None
+            if spec is not None:
+                check_runtime_supports(spec, runtime, options)
         except ConfigError as exc:
-            findings.append(Finding("error", where, f"bad options: {exc}"))
+            findings.append(Finding("error", where, f"{exc}"))
             continue
+        if spec is not None and spec.key_family != FAMILY_OF[runtime]:
+            # at init the shipped manifest is checked, which the operator may still edit in the
+            # campaign's roles/: a warning there, an error for the manifests in force (doctor)
+            findings.append(Finding("error" if roles_dir is not None else "warn", where,
+                                    f"{runtime} needs key_family = \"{FAMILY_OF[runtime]}\" but role {role} has "
+                                    f"\"{spec.key_family}\" (edit roles/{role}.toml of the campaign)"))
         binary = options.get("binary", mod.DEFAULTS["binary"])
         exe = find(binary)
         if exe is None:

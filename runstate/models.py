@@ -84,6 +84,7 @@ class EndReason(StrEnum):
     The record's field stays a plain string so a reason a newer sweep adds still reads here."""
 
     max_attempted = "max_attempted"              # its attempts ran out (controller or tick)
+    max_interrupted = "max_interrupted"          # preempted / timed out / lost its node too often
     budget_exhausted = "budget_exhausted"        # the candidate's or the campaign's spend cap (tick)
     duplicate = "duplicate"                      # the PR is in the plan's prior_verified
     intake_failed = "intake_failed"
@@ -107,6 +108,17 @@ class RunRecord(Tolerant):
     reason: str | None = None
     attempts: int = 0
     max_attempts: int = 3
+    # Interruptions are stops that are not the run's fault (preemption, the time limit, a failed
+    # node): they re-queue the run without spending an attempt, up to their own limit, so that a
+    # run that is always preempted still ends (blocked: max_interrupted). See docs/slurm.md.
+    interruptions: int = 0
+    max_interruptions: int = 10
+    interrupted_by: dict[str, int] = Field(default_factory=dict)   # cause -> count
+    # A cause the controller recorded while leaving the run active (Slurm requeues its job itself,
+    # lane requeue = "slurm"): {"job_id", "cause", "detail", "at"}. Read by the next controller of
+    # the same job, or by the tick if that job vanishes instead.
+    pending_interruption: dict[str, Any] | None = None
+    slurm_restarts: int = 0                     # SLURM_RESTART_COUNT already counted for job_id
     job_id: str | None = None                   # controller job while active (and the last one after)
     submit_token: str | None = None             # ties lease, job name and argv together
     lane: str = "cpu"
@@ -138,6 +150,9 @@ class RunRecord(Tolerant):
             return StateError(msg, field=f"state.json of {self.run_id}")
         if self.attempts < 0 or self.max_attempts < 1:
             raise bad(f"attempts must be >= 0 and max_attempts >= 1 (got {self.attempts}/{self.max_attempts})")
+        if self.interruptions < 0 or self.max_interruptions < 1:
+            raise bad("interruptions must be >= 0 and max_interruptions >= 1 "
+                      f"(got {self.interruptions}/{self.max_interruptions})")
         if self.gpus < 0:
             raise bad(f"gpus must be >= 0 (got {self.gpus})")
         if self.state is RunState.ended:
@@ -157,6 +172,11 @@ class RunRecord(Tolerant):
             raise bad("parked_until and parked_role go together")
         if self.parked_role is not None:
             validate_role(self.parked_role)
+
+    def interrupted(self, cause: str) -> dict[str, Any]:
+        """The update that counts one interruption of `cause` (no attempt spent)."""
+        return {"interruptions": self.interruptions + 1, "pending_interruption": None,
+                "interrupted_by": {**self.interrupted_by, cause: self.interrupted_by.get(cause, 0) + 1}}
 
     @property
     def finished_phases(self) -> list[str]:
@@ -261,6 +281,10 @@ class TickReport(Tolerant):
     counts: dict[str, int] = Field(default_factory=dict)
     waiting: dict[str, list[str]] = Field(default_factory=dict)   # reason -> queued runs not admitted
     ghosts: list[dict[str, Any]] = Field(default_factory=list)    # live jobs no lease recognises
+    # the tick's one accounting call for vanished jobs: not_asked | known | unknown | unavailable
+    accounting: str = "not_asked"
+    accounting_error: str | None = None
+    accounting_jobs: int = 0
 
 
 class LaneBackoff(Tolerant):

@@ -189,6 +189,7 @@ def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -
                                         gpus=fc.candidate.options.gpus,
                                         lane="gpu" if fc.candidate.options.gpus else "cpu",
                                         max_attempts=plan.max_attempts,
+                                        max_interruptions=plan.max_interruptions,
                                         cap_usd=fc.candidate.options.max_spend_usd,
                                         reservation_usd=fc.candidate.options.worker_reservation_usd))
             written += 1

@@ -52,8 +52,14 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         for reason, ids in tick_loaded.value.waiting.items():
             for rid in ids:
                 waiting_reason[rid] = reason
+    attempts_spent = interruptions = 0
+    interrupted_by: dict[str, int] = {}
     for run_id, rec in listing.records.items():
         counts[rec.state.value] += 1
+        attempts_spent += rec.attempts
+        interruptions += rec.interruptions
+        for cause, n in rec.interrupted_by.items():
+            interrupted_by[cause] = interrupted_by.get(cause, 0) + n
         lease = read_lease_at(f"{root}/{run_id}/lease.json")
         if lease is not None:
             held_leases += 1
@@ -65,7 +71,8 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         elif rec.state is RunState.active:
             active.append({"run_id": run_id, "job_id": rec.job_id, "lane": rec.lane, "gpus": rec.gpus,
                            "phase": rec.phase.value, "attempts": rec.attempts,
-                           "max_attempts": rec.max_attempts})
+                           "max_attempts": rec.max_attempts, "interruptions": rec.interruptions,
+                           "max_interruptions": rec.max_interruptions})
         if rec.state is not RunState.ended and (rec.attempts or rec.state is RunState.active
                                                 or rec.checkpoints):
             spent += _committed(f"{root}/{run_id}/spend.json")   # only runs that may have spent
@@ -89,7 +96,8 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         tick = {"age_s": age, "duration_s": t.duration_s, "squeue_known": t.squeue_known,
                 "squeue_error": t.squeue_error, "stale": age > 3 * interval_s,
                 "errors": t.errors, "actions": len(t.actions), "ghosts": t.ghosts,
-                "waiting": {reason: len(ids) for reason, ids in t.waiting.items()}}
+                "waiting": {reason: len(ids) for reason, ids in t.waiting.items()},
+                "accounting": t.accounting, "accounting_error": t.accounting_error}
     drain = read_drain(campaign_dir)
     draining = not drain.missing
     drain_info = None
@@ -118,7 +126,8 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
             "corrupt": listing.corrupt, "tick": tick, "interval_s": interval_s,
             "draining": draining, "drain": drain_info, "cooldowns": cooldowns,
             "active": active, "held": held, "errors": errors, "ended": ended,
-            "held_leases": held_leases,
+            "held_leases": held_leases, "attempts_spent": attempts_spent,
+            "interruptions": interruptions, "interrupted_by": interrupted_by,
             "spend": {"spent_usd": round(spent, 6), "cap_usd": s.max_spend_usd},
             **({"queued": queued} if include_queued else {})}
 
@@ -216,6 +225,13 @@ def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False
         for g in tick.get("ghosts") or []:
             out.append(f"  ghost job {g['job_id']} ({g['name']}): no lease knows it; counted against "
                        "the limits, cancelled after tick.ghost_grace_s")
+        if tick.get("accounting") == "unavailable":
+            out.append(f"  accounting: unavailable ({tick.get('accounting_error')}): a controller job that "
+                       "vanished without a word counts as an attempt, even if it was preempted or its "
+                       "node failed (docs/slurm.md)")
+        elif tick.get("accounting") == "unknown":
+            out.append(f"  accounting: UNKNOWN ({tick.get('accounting_error')}): vanished jobs are judged "
+                       "on a later tick")
     if st["draining"]:
         d = st["drain"]
         why = f" — reason: {d['reason']}" if d and d.get("reason") else ""
@@ -230,6 +246,10 @@ def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False
     if st["corrupt"]:
         parts.append(f"corrupt {len(st['corrupt'])}")
     out.append("runs: " + "  ".join(parts) + f"   (target {st['target_verified']} verified)")
+    if st.get("attempts_spent") or st.get("interruptions"):
+        by = ", ".join(f"{cause} {n}" for cause, n in sorted(st.get("interrupted_by", {}).items()))
+        out.append(f"attempts spent: {st['attempts_spent']}   interruptions (not the runs' fault): "
+                   f"{st['interruptions']}" + (f" ({by})" if by else ""))
     for cd in st["cooldowns"]:
         if cd.get("canary"):
             out.append(f"cooldown over for {cd['role']}: admitting one canary run")
@@ -237,11 +257,12 @@ def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False
             out.append(f"cooldown: {cd['role']} ({cd['kind']}) {_age(cd['left_s'])} left — {cd['detail'] or ''}")
     if st["active"]:
         out.append("active:")
-        out.append(f"  {'RUN':<40} {'JOB':>10} {'LANE':<5} {'PHASE':<9} ATTEMPTS")
+        out.append(f"  {'RUN':<40} {'JOB':>10} {'LANE':<5} {'PHASE':<9} ATTEMPTS INTERRUPTIONS")
         for a in st["active"][:limit]:
             lane = a["lane"] + (f"x{a['gpus']}" if a["gpus"] else "")
             out.append(f"  {a['run_id']:<40} {a['job_id']:>10} {lane:<5} {a['phase']:<9} "
-                       f"{a['attempts']}/{a['max_attempts']}")
+                       f"{a['attempts']}/{a['max_attempts']:<6} {a.get('interruptions', 0)}/"
+                       f"{a.get('max_interruptions', '?')}")
         if len(st["active"]) > limit:
             out.append(f"  ... and {len(st['active']) - limit} more")
     for b in st.get("lanes_backing_off") or []:

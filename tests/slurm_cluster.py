@@ -88,6 +88,18 @@ PartitionName=cpu Nodes={node} Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes={node} MaxTime=INFINITE State=UP
 """
 
+# The preemption option (SlurmCluster(..., preempt=True)): partition-priority preemption, the only
+# kind a cluster without slurmdbd can have (preempt/qos needs QOS records, which live in slurmdbd).
+# `scavenger` jobs are requeued when an `urgent` job needs their CPUs, `scavenger-cancel` jobs are
+# cancelled; `cpu`/`gpu` stay as in the default cluster. GraceTime=0: TERM, then KILL after KillWait.
+PREEMPT_CONF = """\
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=scavenger Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=scavenger-cancel Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
+PartitionName=urgent Nodes={node} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+"""
+
 
 class ClusterError(RuntimeError):
     """The throwaway cluster could not be started (the message carries the daemon's log tail)."""
@@ -152,8 +164,13 @@ def _clean_env() -> dict[str, str]:
 class SlurmCluster:
     """One throwaway cluster in `directory`. Start with `start()`, always `stop()`."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, *, preempt: bool = False, jobcomp: bool = True):
+        """`preempt`: add the PREEMPT_CONF partitions; `jobcomp=False`: no job completion log
+        either, so not even `sacct -c` can say how a job ended (the default already has no
+        accounting storage: plain `sacct` fails with "Slurm accounting storage is disabled")."""
         self.dir = Path(directory)
+        self.preempt = preempt
+        self.jobcomp = jobcomp
         self.conf = self.dir / "slurm.conf"
         self.log_dir = self.dir / "log"
         self.env = dict(_clean_env(), SLURM_CONF=str(self.conf))
@@ -186,8 +203,14 @@ class SlurmCluster:
             dev = d / "dev" / f"nvidia{i}"
             if not dev.is_symlink():
                 dev.symlink_to("/dev/null")   # a real device node; a file-less GPU is dropped
-        self.conf.write_text(SLURM_CONF.format(d=d, node=NODE, ncpu=NCPU, ngpu=NGPU,
-                                               ctld_port=_free_port(), slurmd_port=_free_port()))
+        conf = SLURM_CONF.format(d=d, node=NODE, ncpu=NCPU, ngpu=NGPU,
+                                 ctld_port=_free_port(), slurmd_port=_free_port())
+        if not self.jobcomp:
+            conf = re.sub(r"^JobComp(Type|Loc)=.*\n", "", conf, flags=re.MULTILINE)
+            conf += "JobCompType=jobcomp/none\n"
+        if self.preempt:
+            conf += PREEMPT_CONF.format(node=NODE)
+        self.conf.write_text(conf)
         (d / "gres.conf").write_text(
             f"AutoDetect=off\nNodeName={NODE} Name=gpu File={d}/dev/nvidia[0-{NGPU - 1}]\n")
 

@@ -134,7 +134,7 @@ def test_job_script_is_kept_for_audit_and_holds_no_argv(slurm_cluster, campaign)
     assert stat.S_IMODE(job.script_path.stat().st_mode) == 0o600
     assert marker not in script and 'exec "$@"' in script
     assert "export SWEEP_TEST_VALUE='v'\"'\"'1'" in script
-    assert f"--job-name={job.name}" in script and "--signal=B:TERM@120" in script
+    assert f"--job-name={job.name}" in script and "--signal=B:USR1@120" in script
     # the copy Slurm stored is the one kept in the run directory
     stored = slurm_cluster.run("scontrol", "write", "batch_script", job_id, "-").stdout
     assert stored.strip() == script.strip()

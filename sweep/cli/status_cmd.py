@@ -127,8 +127,14 @@ def show(run_id: str, campaign: str | None, as_json: bool) -> None:
         r = loaded.value
         end = f" {r.outcome.value}" + (f":{r.reason}" if r.reason else "") if r.outcome else ""
         say(f"{run_id}: {r.state.value}{end}  phase {r.phase.value}  attempts {r.attempts}/"
-            f"{r.max_attempts}  lane {r.lane}{'x' + str(r.gpus) if r.gpus else ''}  "
-            f"job {r.job_id or '-'}")
+            f"{r.max_attempts}  interruptions {r.interruptions}/{r.max_interruptions}  "
+            f"lane {r.lane}{'x' + str(r.gpus) if r.gpus else ''}  job {r.job_id or '-'}")
+        if r.interrupted_by:
+            say("interrupted by: " + ", ".join(f"{cause} {n}" for cause, n in sorted(r.interrupted_by.items()))
+                + " (not counted as attempts)")
+        if r.pending_interruption:
+            p = r.pending_interruption
+            say(f"waiting for requeued job {p.get('job_id')}: {p.get('cause')} ({p.get('detail')})")
         if r.checkpoints:
             say("finished phases: " + ", ".join(r.finished_phases))
         if r.hold_reason:

@@ -39,7 +39,8 @@ class ExitCode(IntEnum):
 # ---- how a controller stops -------------------------------------------------------------------
 
 class Interrupted(BaseException):
-    """SIGTERM (scancel, preemption, time limit) or a lost lease: stop now, at a safe point."""
+    """SIGTERM (scancel, preemption, time limit), SIGUSR1 (the time-limit warning) or a lost
+    lease: stop now, at a safe point."""
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Ctx:
     budget: Budget
     candidate: FrozenCandidate
     stop_reason: str | None = None
+    stop_signal: int | None = None     # SIGUSR1 = the time-limit warning (see pipeline.establish_stop_cause)
     lease_lost: bool = False
     interrupting: bool = False
     roles_cache: tuple[dict[str, Any], dict[str, str]] | None = field(default=None, repr=False)

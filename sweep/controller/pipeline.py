@@ -22,6 +22,9 @@ from sweep.controller.context import AttemptFailed, Ctx, Ending, ExitCode, Inter
 
 RECORD_WAIT_S = 300          # how long a job waits for the tick (or the next tick) to record it
 
+# causes that are not the run's fault: re-queued without an attempt (docs/slurm.md has the table)
+INTERRUPTION_CAUSES = ("time_limit", "preempted", "node_fail", "requeued")
+
 
 # ---- the controller's child process groups ----------------------------------------------------
 
@@ -95,7 +98,9 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
 
     def on_term(signum, frame):
         if ctx.stop_reason is None:
-            ctx.stop_reason = "SIGTERM"
+            ctx.stop_signal = signum
+            ctx.stop_reason = ("SIGUSR1 (the time-limit warning)" if signum == signal.SIGUSR1
+                               else "SIGTERM")
         if ctx.interrupting:
             return              # a second TERM while stopping: the first one is being handled
         ctx.interrupting = True
@@ -109,6 +114,12 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
         raise Interrupted(ctx.stop_reason)
 
     signal.signal(signal.SIGTERM, on_term)
+    # --signal=B:USR1@N: Slurm's warning N s before the time limit (the job script execs this
+    # process, so the batch-shell-only signal lands here)
+    signal.signal(signal.SIGUSR1, on_term)
+    counted = _count_slurm_requeue(ctx)
+    if counted is not None:
+        return counted
     hb = Heartbeat(ctx, campaign.settings.tick.heartbeat_s)
     hb.start()
     import sweep
@@ -156,10 +167,11 @@ def _run_phases(ctx: Ctx) -> int:
             return _fail(ctx, failed.detail)
     except Interrupted:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)     # finish the checkpoint undisturbed
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         if ctx.lease_lost:
             ctx.say(f"stopping without writing: {ctx.stop_reason}")
             return ExitCode.lease_lost
-        return _fail(ctx, f"interrupted by {ctx.stop_reason} during phase {ctx.record.phase.value}")
+        return _stopped_by_signal(ctx)
     except LeaseLost as exc:
         ctx.say(f"stopping without writing: {exc}")
         return ExitCode.lease_lost
@@ -222,6 +234,99 @@ def _fail(ctx: Ctx, detail: str) -> int:
     _release(ctx)
     ctx.say(f"attempt failed ({attempts}/{rec.max_attempts}): {detail}")
     return ExitCode.ok
+
+
+def _restart_count() -> int:
+    try:
+        return max(0, int(os.environ.get("SLURM_RESTART_COUNT", "0")))
+    except ValueError:
+        return ExitCode.ok
+
+
+def establish_stop_cause(ctx: Ctx):
+    """Why the scheduler is stopping this job, as far as one bounded question can tell.
+
+    SIGUSR1 is the time-limit warning (sweep asks for nothing else with it). For SIGTERM under
+    Slurm: ONE `scontrol show job $SLURM_JOB_ID` (bounded, see sweep/scheduler/slurm/accounting.py).
+    Elsewhere (the local backend's cancel) a SIGTERM is a cancel. On a lane marked `preemptible`
+    an unanswered scontrol counts as a preemption; otherwise an unknown cause is an attempt.
+    """
+    from sweep.scheduler.slurm.accounting import StopCause, stop_cause
+    if ctx.stop_signal == signal.SIGUSR1:
+        return StopCause("time_limit", "SIGUSR1: the time-limit warning (--signal=B:USR1)")
+    slurm_job = os.environ.get("SLURM_JOB_ID")
+    if not slurm_job:
+        return StopCause("cancelled", "SIGTERM outside Slurm (a cancel)")
+    cause = stop_cause(slurm_job, _restart_count())
+    if cause.cause == "unknown":
+        _, lane = ctx.campaign.settings.scheduler.lanes.for_gpus(ctx.record.gpus)
+        if lane.preemptible:
+            return StopCause("preempted", f"{cause.detail}; taken as a preemption on a preemptible lane")
+    return cause
+
+
+def _stopped_by_signal(ctx: Ctx) -> int:
+    """The checkpoint after SIGTERM/SIGUSR1: an interruption (no attempt) or an attempt."""
+    cause = establish_stop_cause(ctx)
+    phase = ctx.record.phase.value
+    ctx.say(f"stopped by {ctx.stop_reason}: {cause.cause} ({cause.detail})")
+    if cause.requeued:
+        # Slurm reruns this same job id: keep the run active and the lease held for it, and leave
+        # the cause for the rerun (or for the tick, should the requeued job vanish instead)
+        ctx.save(pending_interruption={"job_id": ctx.job_id, "cause": cause.cause,
+                                       "detail": cause.detail, "at": time.time()})
+        ctx.event("interrupted", from_state="active", to_state="active", phase=phase,
+                  detail=f"{cause.cause}: {cause.detail}; the run waits for its requeued job {ctx.job_id}")
+        return ExitCode.ok
+    if cause.cause in INTERRUPTION_CAUSES:
+        return _interrupt(ctx, cause.cause, f"{ctx.stop_reason} during phase {phase}: {cause.detail}")
+    return _fail(ctx, f"interrupted by {ctx.stop_reason} during phase {phase} ({cause.detail})")
+
+
+def _interrupt(ctx: Ctx, cause: str, detail: str) -> int:
+    """Back to queued at the same phase without spending an attempt, or max_interrupted."""
+    rec = ctx.record
+    counted = rec.interrupted(cause)
+    if counted["interruptions"] >= rec.max_interruptions:
+        ctx.save(**counted)
+        return _end(ctx, Ending(Outcome.blocked, EndReason.max_interrupted,
+                                f"{cause}: {detail} (interruption {counted['interruptions']} of "
+                                f"{rec.max_interruptions})"))
+    ctx.save(state=RunState.queued, canary_for=None, last_error=truncate(f"{cause}: {detail}", 500), **counted)
+    ctx.event("interrupted", from_state="active", to_state="queued", phase=rec.phase.value,
+              detail=f"{cause}: {detail}; not counted as an attempt; interruptions "
+                     f"{counted['interruptions']}/{rec.max_interruptions}")
+    _release(ctx)
+    ctx.say(f"interrupted ({cause}); not counted as an attempt "
+            f"({counted['interruptions']}/{rec.max_interruptions})")
+    return ExitCode.ok
+
+
+def _count_slurm_requeue(ctx: Ctx) -> int | None:
+    """A job Slurm requeued itself (SLURM_RESTART_COUNT above what the record counted) is an
+    interruption of the run: count each restart once, with the cause its controller recorded
+    when it was stopped (or `requeued` if it died without a word, e.g. its node failed).
+    Returns an exit code when that ends the run (max_interrupted), else None."""
+    restarts = _restart_count()
+    rec = ctx.record
+    if restarts <= rec.slurm_restarts:
+        return None
+    pending = rec.pending_interruption or {}
+    cause = str(pending.get("cause") or "requeued") if pending.get("job_id") == ctx.job_id else "requeued"
+    new = rec.interrupted(cause)
+    extra = restarts - rec.slurm_restarts - 1        # restarts nobody recorded (killed outright)
+    if extra:
+        new["interruptions"] += extra
+        new["interrupted_by"]["requeued"] = new["interrupted_by"].get("requeued", 0) + extra
+    detail = f"Slurm requeued job {ctx.job_id} (SLURM_RESTART_COUNT={restarts}; {cause})"
+    ctx.save(slurm_restarts=restarts, **new)
+    ctx.event("interrupted", from_state="active", to_state="active", phase=rec.phase.value,
+              detail=f"{detail}; not counted as an attempt; interruptions "
+                     f"{new['interruptions']}/{rec.max_interruptions}")
+    if new["interruptions"] >= rec.max_interruptions:
+        return _end(ctx, Ending(Outcome.blocked, EndReason.max_interrupted,
+                                f"{detail} (interruption {new['interruptions']} of {rec.max_interruptions})"))
+    return None
 
 
 def _stop_at_checkpoint(ctx: Ctx, why: str) -> int:

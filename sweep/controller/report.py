@@ -27,6 +27,9 @@ def write_report(ctx, rec, detail: str) -> None:
     lines += ["", "## Spend", f"- committed {rec.spent_usd:.4f} USD of allocation "
               f"{'unlimited' if rec.allocation_usd is None else f'{rec.allocation_usd:.2f} USD'}",
               "", f"Attempts: {rec.attempts + 1} of at most {rec.max_attempts}. "
+              f"Interruptions (preemption, time limit, node failure; not attempts): {rec.interruptions}"
+              + (f" ({', '.join(f'{c} {n}' for c, n in sorted(rec.interrupted_by.items()))})"
+                 if rec.interrupted_by else "") + ". "
               f"Written {time.strftime('%Y-%m-%d %H:%M:%S')} by job {rec.job_id}.", "",
               "Evidence files: `evidence/`; task bundle: `task/`; earlier revisions: `revisions/`; "
               "sessions: `sessions/`.", ""]

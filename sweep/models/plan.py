@@ -222,6 +222,8 @@ class PlanSettings(Strict):
     # so no run can hold a role's queue forever on parks alone (e.g. a PR that makes the CLI fail
     # the same way every time).
     parks_per_attempt: int = Field(default=3, ge=1, le=100)
+    # preemptions, time limits and node failures re-queue a run without an attempt, up to this many
+    max_interruptions: int = Field(default=10, ge=1, le=10_000)
     prior_verified: list[str] = Field(default_factory=list)
     defaults: CandidateOptions = Field(default_factory=CandidateOptions)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)

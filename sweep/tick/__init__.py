@@ -96,7 +96,9 @@ def _tick(campaign_dir: Path, campaign, scheduler) -> TickReport:
                         runs_read=len(snap.runs) + len(meta["corrupt"]),
                         corrupt=[f"{rid}: {why}" for rid, why in sorted(meta["corrupt"].items())][:100],
                         actions=actor.done, errors=actor.errors, draining=snap.draining, counts=counts,
-                        waiting=actor.waiting, ghosts=actor.ghosts)
+                        waiting=actor.waiting, ghosts=actor.ghosts,
+                        accounting=snap.accounting, accounting_error=snap.accounting_error,
+                        accounting_jobs=meta.get("accounting_jobs", 0))
     write_model_atomic(campaign_dir / TICK_FILE, report)
     return report
 
@@ -109,6 +111,8 @@ def summarize(report: TickReport) -> str:
     queue = f"queue: {report.squeue_jobs} jobs" if report.squeue_known else \
         f"queue UNKNOWN ({report.squeue_error}); no run judged dead"
     text = f"tick {report.duration_s:.2f}s; {queue}; {did}"
+    if report.accounting in ("unknown", "unavailable"):
+        text += f"; accounting {report.accounting} ({report.accounting_error})"
     if report.draining:
         text += "; draining (no admissions)"
     if report.ghosts:

@@ -33,7 +33,7 @@ from runstate.lease import (LeaseLost, acquire_lease, hand_over_lease, reap_leas
 from runstate.models import (EndReason, Event, GhostsFile, LaneBackoff, LaneBackoffFile, RunRecord, RunState)
 from runstate.runs import append_event, load_record, run_dir, save_record
 from sweep.models.plan import CampaignFile
-from sweep.tick.plan import (Adopt, Admit, CancelGhost, EndRun, GiveUpSubmission, NoteGhosts,
+from sweep.tick.plan import (Adopt, Admit, CancelGhost, EndRun, GiveUpSubmission, Interrupt, NoteGhosts,
                              ReapLease, Requeue, SetHold, Wait)
 
 GHOSTS_FILE = "ghosts.json"
@@ -138,7 +138,7 @@ class Actor:
         self._event(a.run_id, "submission_given_up", detail=a.why)
         self.done.append({"kind": "give_up", "run_id": a.run_id, "detail": a.why})
 
-    def _take_back(self, a: Requeue | EndRun) -> tuple[RunRecord, Path] | None:
+    def _take_back(self, a: Requeue | Interrupt | EndRun) -> tuple[RunRecord, Path] | None:
         """The run's record if unchanged since observed, with the dead holder's lease reaped."""
         rec = self._fresh(a)
         if rec is None:
@@ -161,15 +161,29 @@ class Actor:
                     detail=f"{a.why}; attempts {new.attempts}/{new.max_attempts}")
         self.done.append({"kind": "requeue", "run_id": a.run_id, "detail": a.why})
 
+    def _do_interrupt(self, a: Interrupt) -> None:
+        taken = self._take_back(a)
+        if taken is None:
+            return
+        rec, rdir = taken
+        new = rec.model_copy(update={"state": RunState.queued, "canary_for": None, "last_error": a.why,
+                                     **rec.interrupted(a.cause)})
+        save_record(rdir, new)
+        self._event(a.run_id, "interrupted", from_state="active", to_state="queued", phase=rec.phase.value,
+                    detail=f"{a.cause}: {a.why}; not counted as an attempt; interruptions "
+                           f"{new.interruptions}/{new.max_interruptions}")
+        self.done.append({"kind": "interrupt", "run_id": a.run_id, "detail": f"{a.cause}: {a.why}"})
+
     def _do_endrun(self, a: EndRun) -> None:
         taken = self._take_back(a)
         if taken is None:
             return
         rec, rdir = taken
         attempts = rec.attempts + 1 if a.reason == EndReason.max_attempted else rec.attempts
+        counted = rec.interrupted(a.cause) if a.reason == EndReason.max_interrupted and a.cause else {}
         new = rec.model_copy(update={"state": RunState.ended, "outcome": a.outcome, "reason": a.reason,
                                      "attempts": attempts, "canary_for": None, "hold_reason": None,
-                                     "last_error": a.why, "submitting_since": None})
+                                     "last_error": a.why, "submitting_since": None, **counted})
         save_record(rdir, new)
         self._event(a.run_id, "ended", from_state=rec.state.value, to_state="ended",
                     detail=f"{a.outcome.value}:{a.reason}: {a.why}")

@@ -45,9 +45,50 @@ def observe(campaign_dir: Path, scheduler) -> tuple[Snapshot, dict]:
         if stamp is not None:
             stamps[role] = stamp
     from sweep.tick.act import read_ghosts, read_lane_backoff
+    ended = ask_end_states(scheduler, vanished_jobs(queue.known, jobs, runs))
     snap = Snapshot(now=now, queue_known=queue.known, queue=jobs, runs=runs,
                     draining=is_draining(campaign_dir), stamps=stamps, capacity=scheduler.capacity(),
                     ghosts_seen=read_ghosts(campaign_dir).jobs, lanes=read_lane_backoff(campaign_dir),
-                    corrupt_runs=frozenset(listing.corrupt))
-    meta = {"squeue_error": queue.error, "corrupt": listing.corrupt}
+                    corrupt_runs=frozenset(listing.corrupt),
+                    end_states=ended.states, accounting=accounting_word(ended),
+                    accounting_error=ended.error)
+    meta = {"squeue_error": queue.error, "corrupt": listing.corrupt,
+            "accounting_jobs": len(ended.states) if ended.asked else 0}
     return snap, meta
+
+
+def vanished_jobs(queue_known: bool, jobs: dict, runs: dict[str, RunView]) -> list[str]:
+    """Job ids of active runs missing from a KNOWN queue with no cause recorded by their controller:
+    the jobs the planner can only judge with the scheduler's word on how they ended."""
+    if not queue_known:
+        return []
+    out = []
+    for view in runs.values():
+        rec = view.record
+        if rec.state is RunState.active and rec.job_id and rec.job_id not in jobs:
+            pending = rec.pending_interruption or {}
+            if pending.get("job_id") != rec.job_id:
+                out.append(rec.job_id)
+    return out
+
+
+def ask_end_states(scheduler, job_ids: list[str]):
+    """The second, bounded observe step: ONE end-state call for all vanished jobs, only if any."""
+    from sweep.scheduler.base import EndStates
+    if not job_ids:
+        return EndStates()
+    ask = getattr(scheduler, "end_states", None)
+    if ask is None:
+        return EndStates.unavailable(f"the {getattr(scheduler, 'name', '?')} backend records no end states")
+    try:
+        return ask(job_ids)
+    except Exception as exc:   # an unanswered question, never a crashed tick
+        return EndStates(asked=True, known=False, error=f"{type(exc).__name__}: {exc}")
+
+
+def accounting_word(ended) -> str:
+    if not ended.asked:
+        return "not_asked"
+    if not ended.available:
+        return "unavailable"
+    return "known" if ended.known else "unknown"

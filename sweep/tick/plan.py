@@ -4,7 +4,10 @@ Everything the tick decides is decided here, so every rule is testable with thou
 snapshots (tests/test_tick_plan.py) without files or Slurm:
 - reconcile: an active run whose job is gone from a KNOWN queue goes back to queued at its phase
   with attempts+1 (or ends blocked:max_attempted at the limit); with the queue UNKNOWN nothing is
-  judged dead and leases are judged by TTL only;
+  judged dead and leases are judged by TTL only. A job that ended through no fault of the run
+  (the controller recorded a preemption, or accounting says PREEMPTED / NODE_FAIL / TIMEOUT) is an
+  *interruption* instead: queued again with interruptions+1 and attempts unchanged, or
+  blocked:max_interrupted at its own limit (see `judge_vanished`);
 - with the queue UNKNOWN nothing is admitted either: the tick changes nothing but TTL reaping;
 - reap stale leases (a lease whose holder job is alive is never reaped);
 - adopt a submission whose tick died between sbatch and writing the record (matched by token),
@@ -59,6 +62,11 @@ class Snapshot:
     ghosts_seen: dict[str, GhostJob] = field(default_factory=dict)  # job id -> first sighting (ghosts.json)
     lanes: dict[str, LaneBackoff] = field(default_factory=dict)     # lane -> back-off (lane-backoff.json)
     corrupt_runs: frozenset[str] = frozenset()                      # runs whose state.json is unreadable
+    # how this tick's vanished jobs ended (ONE accounting call, made by observe only when one vanished):
+    # accounting is "not_asked" | "known" | "unknown" (the call failed) | "unavailable" (no accounting)
+    end_states: dict[str, str] = field(default_factory=dict)      # job id -> "PREEMPTED", "FAILED", ...
+    accounting: str = "not_asked"
+    accounting_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,12 +107,22 @@ class Requeue(Action):
 
 
 @dataclass(frozen=True)
+class Interrupt(Action):
+    """The controller job ended through no fault of the run: back to queued, no attempt spent."""
+    expected: RunRecord
+    lease: LeaseView | None
+    cause: str                        # preempted | time_limit | node_fail | requeued
+    why: str
+
+
+@dataclass(frozen=True)
 class EndRun(Action):
     expected: RunRecord
     lease: LeaseView | None
     outcome: Outcome
     reason: EndReason
     why: str
+    cause: str | None = None          # with reason max_interrupted: the last interruption's cause
 
 
 @dataclass(frozen=True)
@@ -214,6 +232,51 @@ def next_role(record: RunRecord) -> str | None:
     return NEXT_ROLE.get(record.phase)
 
 
+# Slurm end states of a vanished controller job that are not the run's fault -> interruption cause
+INTERRUPTION_STATES = {"PREEMPTED": "preempted", "NODE_FAIL": "node_fail", "BOOT_FAIL": "node_fail",
+                       "TIMEOUT": "time_limit", "REQUEUED": "requeued"}
+# states that do not say how the job ended (accounting lags behind the queue): wait and ask again
+NOT_ENDED_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED",
+                    "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT"}
+
+
+def judge_vanished(rec: RunRecord, lease: LeaseView | None, snap: Snapshot,
+                   cfg: PlanSettings) -> tuple[str, str | None, str]:
+    """("interrupt", cause, why) | ("attempt", None, why) | ("wait", None, why) for a vanished job.
+
+    In order: a cause the controller recorded for this very job wins; then the job's end state
+    from this tick's accounting answer; without accounting at all it is an attempt (as before
+    interruptions existed; `sweep status` says why). With accounting UNKNOWN (the call failed, or
+    it does not list the job yet) the run keeps its slot and is judged on a later tick, until
+    `tick.lease_ttl_s` after the controller was last seen: then it counts as an attempt, so a
+    cluster whose accounting never answers cannot keep a run waiting forever.
+    """
+    job = rec.job_id
+    pending = rec.pending_interruption or {}
+    if pending.get("job_id") == job and pending.get("cause"):
+        return "interrupt", str(pending["cause"]), \
+            f"job {job} vanished after its controller recorded: {pending.get('detail') or pending['cause']}"
+    state = snap.end_states.get(job or "")
+    if state and state not in NOT_ENDED_STATES:
+        cause = INTERRUPTION_STATES.get(state)
+        if cause:
+            return "interrupt", cause, f"job {job} ended {state} (accounting)"
+        return "attempt", None, f"job {job} ended {state} (accounting)"
+    if snap.accounting in ("not_asked", "unavailable"):
+        why = f"job {job} vanished from the queue"
+        if snap.accounting == "unavailable":
+            why += f"; no accounting to say why ({snap.accounting_error}), so it counts as an attempt"
+        return "attempt", None, why
+    last_seen = lease.lease.last_seen if lease is not None and lease.lease is not None else rec.updated
+    waited = snap.now - last_seen
+    what = f"accounting {'did not list it' if snap.accounting == 'known' else 'unanswered'}" + (
+        f" ({snap.accounting_error})" if snap.accounting_error else "")
+    if waited < cfg.lease_ttl_s:
+        return "wait", None, f"job {job} vanished; {what}; judged on a later tick"
+    return "attempt", None, (f"job {job} vanished; {what} for {waited:.0f} s (tick.lease_ttl_s), "
+                             "so it counts as an attempt")
+
+
 def _lease_holder_alive(lease: Lease, snap: Snapshot, jobs_by_token: dict[str, QueueJob]) -> bool | None:
     if not snap.queue_known:
         return None
@@ -268,12 +331,23 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                 # the controller died without a terminal write
                 busy.add(run_id)
                 committed += view.committed_usd
+                verdict, cause, why = judge_vanished(rec, lease, snap, cfg)
+                if verdict == "wait":
+                    hold_slot(rec)     # its job may have been the last thing holding this slot
+                    continue
+                if verdict == "interrupt":
+                    if rec.interruptions + 1 >= rec.max_interruptions:
+                        actions.append(EndRun(run_id, rec, lease, Outcome.blocked, EndReason.max_interrupted,
+                                              f"{why}; interruption {rec.interruptions + 1} of "
+                                              f"{rec.max_interruptions}", cause=cause))
+                    else:
+                        actions.append(Interrupt(run_id, rec, lease, cause or "unknown", why))
+                    continue
                 if rec.attempts + 1 >= rec.max_attempts:
                     actions.append(EndRun(run_id, rec, lease, Outcome.blocked, EndReason.max_attempted,
-                                          f"job {rec.job_id} vanished; attempt {rec.attempts + 1} of "
-                                          f"{rec.max_attempts}"))
+                                          f"{why}; attempt {rec.attempts + 1} of {rec.max_attempts}"))
                 else:
-                    actions.append(Requeue(run_id, rec, lease, f"job {rec.job_id} vanished from the queue"))
+                    actions.append(Requeue(run_id, rec, lease, why))
                 continue
             # alive or unknown: the run holds its slot and its whole allocation
             hold_slot(rec)

@@ -126,6 +126,22 @@ class StateDir:
         except FileNotFoundError:
             pass
 
+    def record_end(self, job_id: str, state: str) -> None:
+        """Write how a job ended into its claim file (kept forever; empty until the job ends)."""
+        try:
+            write_atomic(self.ids / job_id, state.encode())
+        except OSError:
+            pass    # without it the job reads FAILED, the conservative answer
+
+    def read_end(self, job_id: str) -> str | None:
+        if "/" in job_id or job_id.startswith("."):
+            return None
+        try:
+            text = (self.ids / job_id).read_text().strip()
+        except OSError:
+            return None
+        return text or None
+
     def job_ids(self) -> list[str]:
         return sorted(p.name[:-len(".json")] for p in self.jobs.iterdir()
                       if p.name.endswith(".json") and not p.name.startswith("."))

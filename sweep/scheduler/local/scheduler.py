@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from runstate.errors import SchedulerError
-from sweep.scheduler.base import (LANE_CPU, LANE_GPU, JobInfo, JobSpec, QueueSnapshot,
+from sweep.scheduler.base import (LANE_CPU, LANE_GPU, EndStates, JobInfo, JobSpec, QueueSnapshot,
                                   check_name_prefix, validate_job)
-from sweep.proc import group_members, process_start_time, signal_group
+from sweep.proc import boot_id, group_members, process_start_time, signal_group
 from sweep.scheduler.local.records import FILE_MODE, JobRecord, StateDir, is_alive
 
 PARTITIONS = {LANE_CPU: "local-cpu", LANE_GPU: "local-gpu"}
@@ -208,12 +208,14 @@ class LocalScheduler:
                 if launching:
                     active.append(record)
                 elif reap:
+                    self.state.record_end(job_id, "CANCELLED" if record.cancelled else "FAILED")
                     self.state.remove(job_id)
                 continue
             if is_alive(record):
                 active.append(record)
             elif reap:
                 _reap_child(record.pid)
+                self.state.record_end(job_id, _end_state(record))
                 self.state.remove(job_id)
         return active
 
@@ -236,6 +238,9 @@ class LocalScheduler:
                         self.state.write(record)
                         continue
                     if _owns_group(record):
+                        if not record.cancelled:   # so its end state reads CANCELLED, not FAILED
+                            record.cancelled = True
+                            self.state.write(record)
                         signal_group(record.pid, signal.SIGTERM)
                         groups.append(record.pid)
         except TimeoutError as exc:
@@ -243,6 +248,21 @@ class LocalScheduler:
         self._wait_groups(groups, self.cancel_grace, kill_after=True)
         for pgid in groups:
             _reap_child(pgid)
+
+    # -- end states ---------------------------------------------------------------------------
+    def end_states(self, job_ids: Iterable[str]) -> EndStates:
+        """How vanished local jobs ended, from the end each reap recorded (the claim file).
+
+        CANCELLED: `cancel` stopped it; NODE_FAIL: the machine rebooted under it (its boot id
+        changed), which is this backend's node failure; FAILED: it died on its own (a crash, the
+        OOM killer, a kill -9). A job gone without a recorded end counts as FAILED: this backend is
+        the only thing that runs its jobs, so nothing else can have ended it.
+        """
+        ids = sorted(set(map(str, job_ids)))
+        if not ids:
+            return EndStates()
+        return EndStates(asked=True, known=True,
+                         states={j: self.state.read_end(j) or "FAILED" for j in ids})
 
     def _wait_groups(self, groups: list[int], grace: float, kill_after: bool) -> None:
         deadline = time.monotonic() + grace
@@ -258,6 +278,14 @@ class LocalScheduler:
 
     def _base_env(self) -> dict[str, str]:
         return dict(os.environ if self._env is None else self._env)
+
+
+def _end_state(record: JobRecord) -> str:
+    if record.cancelled:
+        return "CANCELLED"
+    if record.boot_id and boot_id() not in (None, record.boot_id):
+        return "NODE_FAIL"
+    return "FAILED"
 
 
 def _job_info(record: JobRecord) -> JobInfo:

@@ -34,8 +34,8 @@ class SlurmScheduler:
     name = "slurm"
 
     def __init__(self, name_prefix: str, lanes: LanesSettings | None = None, *,
-                 call_timeout: float = 20.0, squeue_user: str = "me", signal: str = "B:TERM@120",
-                 env: Mapping[str, str] | None = None):
+                 call_timeout: float = 20.0, squeue_user: str = "me", signal: str = "B:USR1@120",
+                 env: Mapping[str, str] | None = None, accounting: str = "sacct"):
         try:
             self.name_prefix = check_name_prefix(name_prefix)
         except ValueError as exc:
@@ -47,6 +47,7 @@ class SlurmScheduler:
         self.squeue_user = squeue_user
         self.signal = signal
         self._env = dict(env) if env is not None else None   # None: os.environ at call time
+        self.accounting = accounting       # "sacct" | "jobcomp" | "none": see accounting.py
 
     # -- submit ---------------------------------------------------------------------------------
     def sbatch_options(self, job: JobSpec) -> list[str]:
@@ -59,8 +60,8 @@ class SlurmScheduler:
             f"--output={job.stdout}",
             f"--error={job.stderr}",
             "--open-mode=append",     # every attempt's log kept in one file
-            f"--signal={self.signal}",
-            "--no-requeue",           # re-admission is the tick's decision, never Slurm's
+            f"--signal={lane.job_signal(self.signal)}",   # the time-limit warning (SIGUSR1)
+            lane.requeue_option(),    # --no-requeue unless the lane lets Slurm requeue (docs/slurm.md)
             *lane.sbatch_options(job.gpus),
         ]
 
@@ -124,7 +125,13 @@ class SlurmScheduler:
             raise SchedulerError(f"scancel {' '.join(ids)} failed: {exc}") from None
 
     def capacity(self) -> dict[str, int | None]:
-        return {"cpu": None, "gpu": None}   # the site decides; sweep does not count its GPUs
+        return {"cpu": None, "gpu": None}
+
+    # -- end states (accounting.py) -------------------------------------------------------------
+    def end_states(self, job_ids: Iterable[str]):
+        """How vanished jobs ended: ONE bounded sacct call (see accounting.py)."""
+        from sweep.scheduler.slurm.accounting import end_states
+        return end_states(job_ids, source=self.accounting, env=self._env, timeout=self.call_timeout)   # the site decides; sweep does not count its GPUs
 
 
 def _check_path(label: str, path: Path) -> None:

@@ -144,7 +144,9 @@ def retry_run(campaign_dir: Path, run_id: str, *, reason: str | None = None,
         new = rec.model_copy(update={
             "state": RunState.queued, "phase": Phase.intake, "outcome": None, "reason": None, "attempts": 0,
             "checkpoints": {"retry": retry_cp}, "last_error": None, "hold_reason": None, "canary_for": None,
-            "parked_until": None, "parked_role": None, "job_id": None, "submit_token": None})
+            "parked_until": None, "parked_role": None, "job_id": None, "submit_token": None,
+            # fresh interruptions too: a run ended max_interrupted gets its full allowance again
+            "interruptions": 0, "interrupted_by": {}, "pending_interruption": None, "slurm_restarts": 0})
         event = Event(run_id=run_id, kind="retried", from_state="ended", to_state="queued", by=_who(),
                       detail=f"retry {retry_cp['count']} after {previous}" + (f": {reason}" if reason else ""))
         written = _write_holding_lease(rdir, rec, new, event)

@@ -412,13 +412,14 @@ if pytest is not None:
             pytest.fail(f"CI=true but the Slurm test cluster is unavailable: {reason}", pytrace=False)
         pytest.skip(reason)
 
-    def start_throwaway_cluster(prefix: str = "sweep-slurm-"):
-        """Start a cluster or skip/fail the requesting test; returns (cluster, directory)."""
+    def start_throwaway_cluster(prefix: str = "sweep-slurm-", **options):
+        """Start a cluster or skip/fail the requesting test; returns (cluster, directory).
+        `options` go to SlurmCluster (preempt=True, jobcomp=False)."""
         reason = missing_requirements()
         if reason:
             _unavailable(reason)
         d = new_cluster_dir(prefix)
-        cluster = SlurmCluster(d)
+        cluster = SlurmCluster(d, **options)
         try:
             cluster.start()
         except (ClusterError, OSError, subprocess.SubprocessError) as exc:
@@ -437,6 +438,18 @@ if pytest is not None:
             cluster.stop()
             remove_cluster_dir(d)
 
+    @pytest.fixture(scope="module")
+    def slurm_preempt_cluster():
+        """A cluster of its own with partition-priority preemption (PREEMPT_CONF) and the job
+        completion log (`sacct -c`), per test module: preemption tests take the whole node, and
+        a failed-node test downs it, so they must not share a cluster with other tests."""
+        cluster, d = start_throwaway_cluster("sweep-slurm-preempt-", preempt=True)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+            remove_cluster_dir(d)
+
     @pytest.fixture(scope="session")
     def scrontab_bin() -> Path:
         """A scrontab client for the installed Slurm (built from Debian's source if missing)."""
@@ -448,7 +461,9 @@ if pytest is not None:
 
 # -- CLI -------------------------------------------------------------------------------------------
 def _cli(argv: list[str]) -> int:
-    usage = "usage: python tests/slurm_cluster.py up [DIR] | down DIR"
+    usage = "usage: python tests/slurm_cluster.py up [--preempt] [DIR] | down DIR"
+    preempt = "--preempt" in argv       # the preemption partitions of PREEMPT_CONF
+    argv = [a for a in argv if a != "--preempt"]
     if not argv or argv[0] not in ("up", "down") or (argv[0] == "down" and len(argv) != 2):
         print(usage, file=sys.stderr)
         return 2
@@ -458,7 +473,7 @@ def _cli(argv: list[str]) -> int:
             d.mkdir(parents=True, exist_ok=True)
         else:
             d = new_cluster_dir()
-        cluster = SlurmCluster(d)
+        cluster = SlurmCluster(d, preempt=preempt)
         try:
             cluster.start()
         except (ClusterError, OSError, subprocess.SubprocessError) as exc:

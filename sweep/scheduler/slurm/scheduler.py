@@ -125,13 +125,13 @@ class SlurmScheduler:
             raise SchedulerError(f"scancel {' '.join(ids)} failed: {exc}") from None
 
     def capacity(self) -> dict[str, int | None]:
-        return {"cpu": None, "gpu": None}
+        return {"cpu": None, "gpu": None}   # the site decides; sweep does not count its GPUs
 
     # -- end states (accounting.py) -------------------------------------------------------------
     def end_states(self, job_ids: Iterable[str]):
         """How vanished jobs ended: ONE bounded sacct call (see accounting.py)."""
         from sweep.scheduler.slurm.accounting import end_states
-        return end_states(job_ids, source=self.accounting, env=self._env, timeout=self.call_timeout)   # the site decides; sweep does not count its GPUs
+        return end_states(job_ids, source=self.accounting, env=self._env, timeout=self.call_timeout)
 
 
 def _check_path(label: str, path: Path) -> None:

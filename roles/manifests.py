@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from roles.spec import RoleInvariantError, RoleSpec
-from runstate.errors import ConfigError
+from runstate.errors import ConfigError, validation_problem
 
 MANIFEST_SUFFIX = ".toml"
 
@@ -26,10 +26,6 @@ def shipped_manifests_dir() -> Path:
 def manifest_sha256(path: str | Path) -> str:
     """sha256 of the manifest file's bytes: what a session records as the rules it ran under."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _field_of(error: dict) -> str:
-    return ".".join(str(part) for part in error.get("loc", ())) or "(manifest)"
 
 
 def load_manifest(path: str | Path) -> RoleSpec:
@@ -48,18 +44,11 @@ def load_manifest(path: str | Path) -> RoleSpec:
     try:
         spec = RoleSpec.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
-        first = errors[0]
-        original = (first.get("ctx") or {}).get("error")
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        if isinstance(original, RoleInvariantError):
-            raise ConfigError(original.message + more, path=path, field=original.field) from None
-        message = first.get("msg", "invalid value")
-        if first.get("type") == "extra_forbidden":
-            message = "unknown field (a typo? manifests reject fields sweep would not enforce)"
-        elif first.get("type") == "missing":
-            message = "required field is missing"
-        raise ConfigError(message + more, path=path, field=_field_of(first)) from None
+        original = (exc.errors()[0].get("ctx") or {}).get("error")
+        field, message = validation_problem(
+            exc, top="(manifest)", unknown="unknown field (a typo? manifests reject fields sweep would not enforce)",
+            first=(original.field, original.message) if isinstance(original, RoleInvariantError) else None)
+        raise ConfigError(message, path=path, field=field) from None
     if spec.name != path.stem:
         raise ConfigError(f"name {spec.name!r} differs from the file name; call the file {spec.name}.toml",
                           path=path, field="name")

@@ -54,5 +54,49 @@ class SchedulerError(SweepError):
     """The scheduler refused or failed a call (sbatch, scancel); carries the scheduler's own message."""
 
 
+class SubmissionUncertain(SchedulerError):
+    """A submission whose outcome is unknown (timeout, socket error, no answer): the job may exist.
+
+    Never treated as a refusal: the caller keeps the lease and its token, so the next tick can find
+    the job by its name in the queue (see docs/tick.md, "Submission outcomes")."""
+
+
 class ProviderError(SweepError):
     """A sandbox provider failed or cannot honour a request."""
+
+
+def _error_field(err: dict, top: str) -> str:
+    return ".".join(str(p) for p in err.get("loc", ())) or top
+
+
+def _error_text(err: dict, unknown: str) -> str:
+    if err.get("type") == "extra_forbidden":
+        return unknown
+    if err.get("type") == "missing":
+        return "required field is missing"
+    return str(err.get("msg", "invalid")).removeprefix("Value error, ")
+
+
+def validation_problem(exc, *, top: str = "(top level)", unknown: str = "unknown field (check the spelling)",
+                       first: tuple[str, str] | None = None) -> tuple[str, str]:
+    """(dotted field, message) of a pydantic ValidationError's first error, plus how many more.
+
+    The one formatter of validation errors: plans, campaign.toml and role manifests (ConfigError's
+    field + message) and run-state files (`describe_validation_error`). Duck-typed on `.errors()`
+    so this module stays free of pydantic for `sweep --help`. `first` replaces the first error's
+    (field, message), e.g. with those a validator's own exception carries."""
+    errors = exc.errors()
+    field, msg = first or (_error_field(errors[0], top), _error_text(errors[0], unknown))
+    more = len(errors) - 1
+    if more:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return field, msg
+
+
+def describe_validation_error(exc, limit: int = 3) -> str:
+    """'field.sub: message' for the first few errors: what a reader reports after the file name."""
+    errors = exc.errors()
+    parts = [f"{_error_field(e, '(top level)')}: {_error_text(e, 'unknown field')}" for e in errors[:limit]]
+    if len(errors) > limit:
+        parts.append(f"and {len(errors) - limit} more")
+    return "; ".join(parts)

@@ -13,8 +13,6 @@ Guarantees:
 from __future__ import annotations
 
 import os
-import secrets
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -22,61 +20,11 @@ from typing import Generic, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from runstate.errors import describe_validation_error  # noqa: F401 - re-exported
+from runstate.atomic import (DIR_MODE, FILE_MODE, _unlink_quietly, fsync_dir, make_private_dir,  # noqa: F401
+                             temp_name, unique_suffix, write_all, write_atomic)
+
 M = TypeVar("M", bound=BaseModel)
-
-FILE_MODE = 0o600
-DIR_MODE = 0o700
-_HOST = socket.gethostname().split(".")[0] or "host"
-
-
-def unique_suffix() -> str:
-    """host.pid.random: unique across nodes sharing a filesystem and across forks."""
-    return f"{_HOST}.{os.getpid()}.{secrets.token_hex(4)}"
-
-
-def temp_name(path: Path, kind: str = "tmp") -> Path:
-    return path.with_name(f".{path.name}.{kind}.{unique_suffix()}")
-
-
-def is_temp_name(name: str) -> bool:
-    return name.startswith(".")
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def write_atomic(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
-    """Replace `path` with `data` atomically (temp + fsync + rename + fsync dir)."""
-    path = Path(path)
-    tmp = temp_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        _unlink_quietly(tmp)
-        raise
-    os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-    fsync_dir(path.parent)
-
 
 def write_model_atomic(path: Path, model: BaseModel, mode: int = FILE_MODE) -> None:
     write_atomic(path, dump_model(model), mode)
@@ -84,21 +32,6 @@ def write_model_atomic(path: Path, model: BaseModel, mode: int = FILE_MODE) -> N
 
 def dump_model(model: BaseModel) -> bytes:
     return orjson.dumps(model.model_dump(mode="json"), option=orjson.OPT_INDENT_2) + b"\n"
-
-
-def make_private_dir(path: Path) -> Path:
-    """mkdir -p with 0700 on every directory we create (run directories hold transcripts)."""
-    path = Path(path)
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    os.chmod(path, DIR_MODE)
-    return path
-
-
-def _unlink_quietly(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 @dataclass(frozen=True)
@@ -179,18 +112,6 @@ def read_model(path: Path, model: type[M]) -> Loaded[M]:
     if raw is None:
         return Loaded(path, None, "missing", missing=True)
     return parse_model(path, raw, model)
-
-
-def describe_validation_error(exc: ValidationError, limit: int = 3) -> str:
-    """'field.sub: message' for the first few errors: what the CLI prints after the file name."""
-    parts = []
-    for err in exc.errors()[:limit]:
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    more = len(exc.errors()) - limit
-    if more > 0:
-        parts.append(f"and {more} more")
-    return "; ".join(parts)
 
 
 def append_line(path: Path, obj: object) -> None:

@@ -274,3 +274,66 @@ def sweep_tombstones(rdir: Path, older_than_s: float = 3600, now: float | None =
                 if getattr(exc, "errno", None) not in (None, errno.ENOENT):
                     continue
     return removed
+
+
+STRAY_MIN_AGE_S = 10.0     # a lease operation takes milliseconds; a stray older than this is left by a kill
+
+
+def lease_strays(rdir: Path) -> list[str]:
+    """Names of `.lease.json.tomb.*` / `.lease.json.new.*` files in the run directory."""
+    try:
+        names = os.listdir(rdir)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [n for n in names if n.startswith(f".{LEASE_FILE}.") and (".tomb." in n or ".new." in n)]
+
+
+def tidy_lease_strays(rdir: Path, *, keep_lease: bool, now: float | None = None,
+                      min_age_s: float = STRAY_MIN_AGE_S) -> tuple[str | None, bool]:
+    """Repair what a lease operation killed between its rename and its link left behind.
+
+    Returns (what was done or None, whether a young stray means an operation may be in flight).
+    - lease.json exists: strays are leftovers of finished operations; removed.
+    - no lease.json and the run may still need one (`keep_lease`): the newest `.new` (a re-issue
+      that never got linked), else the newest `.tomb` (a taken lease) is linked back as lease.json,
+      exclusively. Restoring is the safe direction: a restored lease is judged by the next tick
+      like any other (its holder alive -> kept; gone -> reaped), whereas a lost lease could let
+      the tick submit a second job for a run whose job is alive.
+    - no lease.json and the run has ended: strays removed.
+    """
+    now = time.time() if now is None else now
+    rdir = Path(rdir)
+    found = []
+    young = False
+    for name in lease_strays(rdir):
+        p = rdir / name
+        try:
+            mtime = p.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        loaded = parse_model(p, read_bytes(p) or b"", Lease)
+        valid = loaded.value is not None and loaded.value.run_id == rdir.name
+        if now - mtime < min_age_s:
+            young = young or valid       # only a real lease of this run can be an operation in flight
+            continue
+        found.append((mtime, name, p, valid))
+    if not found:
+        return None, young
+    did = []
+    if keep_lease and not lease_path(rdir).exists() and not young:
+        ordered = sorted((f for f in found if ".new." in f[1] and f[3]), reverse=True) + \
+            sorted((f for f in found if ".tomb." in f[1] and f[3]), reverse=True)
+        for _, name, p, _valid in ordered:
+            try:
+                os.link(p, lease_path(rdir))
+                did.append(f"restored lease.json from {name}")
+            except FileExistsError:
+                pass
+            except FileNotFoundError:
+                continue
+            break
+    for _, name, p, _valid in found:
+        _unlink_quietly(p)
+    did.append(f"removed {len(found)} stray lease file(s)")
+    fsync_dir(rdir)
+    return "; ".join(did), young

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -32,6 +32,10 @@ def validate_run_id(run_id: object) -> str:
             f"invalid run id {run_id!r}: expected lowercase letters, digits, '.', '_' or '-', "
             "at most 128 characters, not starting with '.'")
     return run_id
+
+
+# The roles of the pipeline, in the order a run meets them (the shipped roles/*.toml manifests).
+PIPELINE_ROLES: tuple[str, ...] = ("author", "reviewer", "solver")
 
 
 def validate_role(role: object) -> str:
@@ -74,6 +78,25 @@ class Outcome(str, Enum):
     blocked = "blocked"
 
 
+class EndReason(StrEnum):
+    """Why a run ended short of `verified` (state.json's `reason`; the values are what is on disk).
+
+    The record's field stays a plain string so a reason a newer sweep adds still reads here."""
+
+    max_attempted = "max_attempted"              # its attempts ran out (controller or tick)
+    max_interrupted = "max_interrupted"          # preempted / timed out / lost its node too often
+    budget_exhausted = "budget_exhausted"        # the candidate's or the campaign's spend cap (tick)
+    duplicate = "duplicate"                      # the PR is in the plan's prior_verified
+    intake_failed = "intake_failed"
+    construction_failed = "construction_failed"  # no usable task bundle could be built
+    author_failed = "author_failed"              # repairs ran out at each stage ...
+    gates_failed = "gates_failed"
+    review_failed = "review_failed"
+    review_rejected = "review_rejected"
+    evidence_incomplete = "evidence_incomplete"  # the evaluate phase lacks evidence for `verified`
+    secret_in_bundle = "secret_in_bundle"        # the author's bundle held a secret (now redacted)
+
+
 class RunRecord(Tolerant):
     """state.json: where one run is in the state machine. Replaced only by atomic rename."""
 
@@ -85,6 +108,17 @@ class RunRecord(Tolerant):
     reason: str | None = None
     attempts: int = 0
     max_attempts: int = 3
+    # Interruptions are stops that are not the run's fault (preemption, the time limit, a failed
+    # node): they re-queue the run without spending an attempt, up to their own limit, so that a
+    # run that is always preempted still ends (blocked: max_interrupted). See docs/slurm.md.
+    interruptions: int = 0
+    max_interruptions: int = 10
+    interrupted_by: dict[str, int] = Field(default_factory=dict)   # cause -> count
+    # A cause the controller recorded while leaving the run active (Slurm requeues its job itself,
+    # lane requeue = "slurm"): {"job_id", "cause", "detail", "at"}. Read by the next controller of
+    # the same job, or by the tick if that job vanishes instead.
+    pending_interruption: dict[str, Any] | None = None
+    slurm_restarts: int = 0                     # SLURM_RESTART_COUNT already counted for job_id
     job_id: str | None = None                   # controller job while active (and the last one after)
     submit_token: str | None = None             # ties lease, job name and argv together
     lane: str = "cpu"
@@ -101,6 +135,7 @@ class RunRecord(Tolerant):
     reservation_usd: float = 0.0                # what one paid session reserves: the smallest useful allocation
     checkpoints: dict[str, dict[str, Any]] = Field(default_factory=dict)  # finished phase -> summary
     last_error: str | None = None               # e.g. a failed sbatch, shown by status
+    submitting_since: float | None = None       # an sbatch with submit_token is (or may be) in flight
     created: float = Field(default_factory=time.time)
     updated: float = Field(default_factory=time.time)
 
@@ -115,6 +150,9 @@ class RunRecord(Tolerant):
             return StateError(msg, field=f"state.json of {self.run_id}")
         if self.attempts < 0 or self.max_attempts < 1:
             raise bad(f"attempts must be >= 0 and max_attempts >= 1 (got {self.attempts}/{self.max_attempts})")
+        if self.interruptions < 0 or self.max_interruptions < 1:
+            raise bad("interruptions must be >= 0 and max_interruptions >= 1 "
+                      f"(got {self.interruptions}/{self.max_interruptions})")
         if self.gpus < 0:
             raise bad(f"gpus must be >= 0 (got {self.gpus})")
         if self.state is RunState.ended:
@@ -134,6 +172,11 @@ class RunRecord(Tolerant):
             raise bad("parked_until and parked_role go together")
         if self.parked_role is not None:
             validate_role(self.parked_role)
+
+    def interrupted(self, cause: str) -> dict[str, Any]:
+        """The update that counts one interruption of `cause` (no attempt spent)."""
+        return {"interruptions": self.interruptions + 1, "pending_interruption": None,
+                "interrupted_by": {**self.interrupted_by, cause: self.interrupted_by.get(cause, 0) + 1}}
 
     @property
     def finished_phases(self) -> list[str]:
@@ -236,6 +279,40 @@ class TickReport(Tolerant):
     errors: list[str] = Field(default_factory=list)
     draining: bool = False
     counts: dict[str, int] = Field(default_factory=dict)
+    waiting: dict[str, list[str]] = Field(default_factory=dict)   # reason -> queued runs not admitted
+    ghosts: list[dict[str, Any]] = Field(default_factory=list)    # live jobs no lease recognises
+    # the tick's one accounting call for vanished jobs: not_asked | known | unknown | unavailable
+    accounting: str = "not_asked"
+    accounting_error: str | None = None
+    accounting_jobs: int = 0
+
+
+class LaneBackoff(Tolerant):
+    """One lane's back-off after refused submissions (lane-backoff.json, written by the tick)."""
+
+    failures: int = 0               # refused submissions in a row
+    until: float = 0.0              # no submission to this lane before this time (one probe after)
+    message: str = ""               # Slurm's own words for the last refusal, in full
+    since: float = 0.0              # first refusal of this series
+
+
+class LaneBackoffFile(Tolerant):
+    schema_version: int = SCHEMA_VERSION
+    lanes: dict[str, LaneBackoff] = Field(default_factory=dict)
+
+
+class GhostJob(Tolerant):
+    name: str
+    first_seen: float
+    gpus: int = 0
+
+
+class GhostsFile(Tolerant):
+    """ghosts.json: jobs with this campaign's prefix that no lease or record recognises (tick memory)."""
+
+    schema_version: int = SCHEMA_VERSION
+    jobs: dict[str, GhostJob] = Field(default_factory=dict)       # job id -> first sighting
+    cancelled: list[dict[str, Any]] = Field(default_factory=list)  # the last 100 cancellations
 
 
 class SpendEntry(Tolerant):

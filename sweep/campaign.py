@@ -20,8 +20,9 @@ import orjson
 from pydantic import ValidationError
 
 from runstate import RunRecord, create_run_dir, load_record, save_record
-from runstate.errors import ConfigError
+from runstate.errors import ConfigError, validation_problem
 from runstate.files import make_private_dir, read_model, write_atomic, write_model_atomic
+from runstate.models import PIPELINE_ROLES
 from sweep import __version__
 from sweep.models.plan import CampaignFile, FrozenCandidate, Plan
 
@@ -32,17 +33,7 @@ ENV_CAMPAIGN = "SWEEP_CAMPAIGN"
 
 def _pydantic_message(exc: ValidationError) -> tuple[str, str]:
     """(field, message) of the first error, with the field as a dotted path (candidates.3.url)."""
-    err = exc.errors()[0]
-    field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-    msg = err.get("msg", "invalid").removeprefix("Value error, ")
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown field (check the spelling; see docs/campaign.md for the fields)"
-    elif err.get("type") == "missing":
-        msg = "required field is missing"
-    more = len(exc.errors()) - 1
-    if more:
-        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
-    return field, msg
+    return validation_problem(exc, unknown="unknown field (check the spelling; see docs/campaign.md for the fields)")
 
 
 def load_plan(path: Path) -> Plan:
@@ -117,7 +108,7 @@ def check_capabilities(options, plan_path: Path, where: str) -> None:
         raise ConfigError(f"provider {options.provider!r} is not available in this sweep "
                           f"(available: {', '.join(sorted(PROVIDERS))})", path=plan_path,
                           field=f"{where}.provider")
-    for role in ("author", "reviewer", "solver"):
+    for role in PIPELINE_ROLES:
         name = getattr(options.runtimes, role)
         if name not in RUNTIMES:
             raise ConfigError(f"session runtime {name!r} is not available in this sweep "
@@ -138,6 +129,16 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
     plan = load_plan(plan_path)
     frozen = resolve_candidates(plan, plan_path)
     sha = plan_sha256(plan)
+    if plan.secrets:      # paths frozen absolute, each file checked (0600, yours) before anything is written
+        from sweep.credentials import resolve_plan_secrets
+        plan = plan.model_copy(update={"secrets": resolve_plan_secrets(plan.secrets, plan_path)})
+    # the agent CLIs the plan uses: installed, runnable inside the sandbox, options valid; a missing
+    # binary or a bad argv is a config error now, never an attempt or an "outage" park later
+    from sweep.runtimes.preflight import check_agent_runtimes
+    for finding in check_agent_runtimes(plan, [fc.candidate for fc in frozen]):
+        if finding.level == "error":
+            raise ConfigError(finding.message, path=plan_path, field=finding.where.split(" ")[0],
+                              hint="`sweep doctor` checks every agent CLI of a campaign")
     existing = campaign_dir / CAMPAIGN_FILE
     if existing.exists():
         current = load_campaign(campaign_dir)
@@ -188,6 +189,7 @@ def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -
                                         gpus=fc.candidate.options.gpus,
                                         lane="gpu" if fc.candidate.options.gpus else "cpu",
                                         max_attempts=plan.max_attempts,
+                                        max_interruptions=plan.max_interruptions,
                                         cap_usd=fc.candidate.options.max_spend_usd,
                                         reservation_usd=fc.candidate.options.worker_reservation_usd))
             written += 1

@@ -62,8 +62,14 @@ def stuck_forever(rec) -> bool:
 
 def run_demo(root: Path, *, echo: Callable[[str], None] = print, timeout_s: float = 180,
              pause_s: float = 0.5) -> Path:
+    from sweep import textsafe
     from sweep.campaign import init_campaign
     from sweep.tick import run_tick
+    raw_echo = echo
+
+    def echo(text: str) -> None:     # progress lines carry hold reasons and tick errors: escaped
+        raw_echo(textsafe.line(text))
+
     root = Path(root).resolve()
     plan_path = build_panel(root)
     campaign = root / "campaign"

@@ -199,16 +199,12 @@ def _toml_doc(*, task_name: str, run_id: str, campaign, rec, cand, source: dict,
 
 def tree_digest(root: Path) -> str:
     """Paths, bytes, symlink targets and the executable bit: what makes two exported tasks equal."""
-    from sweep.providers.audit import walk_tree
+    from sweep.tree import file_sha256, walk_tree
     outer = hashlib.sha256()
     for rel, st in walk_tree(root):
         if stat.S_ISREG(st.st_mode):
-            inner = hashlib.sha256()
-            with open(root / rel, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    inner.update(chunk)
             x = "x" if st.st_mode & 0o111 else "-"
-            outer.update(f"F\0{rel}\0{x}\0{inner.hexdigest()}\n".encode())
+            outer.update(f"F\0{rel}\0{x}\0{file_sha256(root / rel)}\n".encode())
         elif stat.S_ISLNK(st.st_mode):
             outer.update(b"L\0" + rel.encode() + b"\0" + os.readlink(root / rel).encode() + b"\n")
     return outer.hexdigest()

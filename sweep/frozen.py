@@ -13,7 +13,6 @@ from the recorded interpreter's environment.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from runstate.errors import ConfigError, SweepError
 from runstate.files import make_private_dir, read_model, write_model_atomic
+from sweep.tree import file_sha256
 
 RUNTIME_DIR = "runtime"
 CURRENT = "current.json"
@@ -80,11 +80,7 @@ def frozen_controller_command(campaign_dir: Path) -> list[str] | None:
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_sha256(path)
 
 
 def check_runtime(campaign_dir: Path) -> str | None:

@@ -15,24 +15,24 @@ from typing import Any
 from runstate.files import read_model
 from runstate.lease import read_lease_at
 from runstate.markers import read_drain, read_outage
-from runstate.models import RunState, TickReport
+from runstate.models import PIPELINE_ROLES, RunState, TickReport
 from runstate.runs import list_runs, runs_root
+from sweep import textsafe
 from sweep.campaign import load_campaign
 
-ROLES = ("author", "reviewer", "solver")
 
 
-def collect_status(campaign_dir: Path, now: float | None = None) -> dict[str, Any]:
+def collect_status(campaign_dir: Path, now: float | None = None, *, include_queued: bool = False) -> dict[str, Any]:
     collecting = gc.isenabled()
     gc.disable()     # acyclic records and dicts: see sweep/tick/__init__.py
     try:
-        return _collect_status(campaign_dir, now)
+        return _collect_status(campaign_dir, now, include_queued)
     finally:
         if collecting:
             gc.enable()
 
 
-def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
+def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool = False) -> dict[str, Any]:
     now = time.time() if now is None else now
     campaign_dir = Path(campaign_dir).resolve()
     campaign = load_campaign(campaign_dir)
@@ -43,24 +43,51 @@ def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
     outcomes: dict[str, int] = {}
     active, held, errors, ended = [], [], [], []
     held_leases = 0
+    queued: list[dict] = []
+    spent = 0.0          # final spend of ended runs + what in-flight runs have committed (spend.json)
+    tick_loaded = read_model(campaign_dir / "tick.json", TickReport)
+    # why each queued run was not admitted, as the last tick's planner said (tick.json)
+    waiting_reason: dict[str, str] = {}
+    if tick_loaded.value is not None:
+        for reason, ids in tick_loaded.value.waiting.items():
+            for rid in ids:
+                waiting_reason[rid] = reason
+    attempts_spent = interruptions = 0
+    interrupted_by: dict[str, int] = {}
     for run_id, rec in listing.records.items():
         counts[rec.state.value] += 1
+        attempts_spent += rec.attempts
+        interruptions += rec.interruptions
+        for cause, n in rec.interrupted_by.items():
+            interrupted_by[cause] = interrupted_by.get(cause, 0) + n
         lease = read_lease_at(f"{root}/{run_id}/lease.json")
         if lease is not None:
             held_leases += 1
         if rec.state is RunState.ended:
             key = rec.outcome.value
             outcomes[key] = outcomes.get(key, 0) + 1
-            ended.append({"run_id": run_id, "outcome": key, "reason": rec.reason})
+            ended.append({"run_id": run_id, "outcome": key, "reason": rec.reason, "lane": rec.lane})
+            spent += rec.spent_usd
         elif rec.state is RunState.active:
             active.append({"run_id": run_id, "job_id": rec.job_id, "lane": rec.lane, "gpus": rec.gpus,
                            "phase": rec.phase.value, "attempts": rec.attempts,
-                           "max_attempts": rec.max_attempts})
-        if rec.state is RunState.queued and (rec.hold_reason or rec.parked_until):
-            held.append({"run_id": run_id, "reason": rec.hold_reason or f"parked ({rec.parked_role})"})
+                           "max_attempts": rec.max_attempts, "interruptions": rec.interruptions,
+                           "max_interruptions": rec.max_interruptions})
+        if rec.state is not RunState.ended and (rec.attempts or rec.state is RunState.active
+                                                or rec.checkpoints):
+            spent += _committed(f"{root}/{run_id}/spend.json")   # only runs that may have spent
+        if include_queued and rec.state is RunState.queued:
+            queued.append({"run_id": run_id, "lane": rec.lane, "attempts": rec.attempts,
+                           "max_attempts": rec.max_attempts, "phase": rec.phase.value})
+        if rec.state is RunState.queued:
+            reason = rec.hold_reason or waiting_reason.get(run_id) or (
+                f"parked ({rec.parked_role})" if rec.parked_until else "waiting for the next tick")
+            entry = {"run_id": run_id, "reason": reason, "lane": rec.lane}
+            if rec.submitting_since is not None:
+                entry["submitting_since"] = rec.submitting_since
+            held.append(entry)
         if rec.last_error and rec.state is not RunState.ended:
             errors.append({"run_id": run_id, "error": rec.last_error})
-    tick_loaded = read_model(campaign_dir / "tick.json", TickReport)
     tick = None
     interval_s = s.tick.interval_minutes * 60
     if tick_loaded.value is not None:
@@ -68,7 +95,9 @@ def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
         age = now - t.finished_at
         tick = {"age_s": age, "duration_s": t.duration_s, "squeue_known": t.squeue_known,
                 "squeue_error": t.squeue_error, "stale": age > 3 * interval_s,
-                "errors": t.errors, "actions": len(t.actions)}
+                "errors": t.errors, "actions": len(t.actions), "ghosts": t.ghosts,
+                "waiting": {reason: len(ids) for reason, ids in t.waiting.items()},
+                "accounting": t.accounting, "accounting_error": t.accounting_error}
     drain = read_drain(campaign_dir)
     draining = not drain.missing
     drain_info = None
@@ -79,7 +108,7 @@ def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
                       "requested_at": d.requested_at if d else None, "drained": drained,
                       "active": counts["active"], "held_leases": held_leases}
     cooldowns = []
-    for role in ROLES:
+    for role in PIPELINE_ROLES:
         stamp = read_outage(campaign_dir, role).value
         if stamp is not None and stamp.is_active(now):
             cooldowns.append({"role": role, "kind": stamp.kind, "left_s": stamp.until - now,
@@ -87,14 +116,40 @@ def _collect_status(campaign_dir: Path, now: float | None) -> dict[str, Any]:
         elif stamp is not None:
             cooldowns.append({"role": role, "kind": stamp.kind, "left_s": 0.0, "detail": stamp.detail,
                               "canary": True})
-    return {"campaign": str(campaign_dir), "name": s.name, "campaign_id": campaign.campaign_id,
+    from sweep.tick.act import read_lane_backoff
+    lanes = [{"lane": lane, "failures": b.failures, "until": b.until, "left_s": max(0.0, b.until - now),
+              "message": b.message} for lane, b in sorted(read_lane_backoff(campaign_dir).items())
+             if b.failures]
+    return {"campaign": str(campaign_dir), "lanes_backing_off": lanes, "name": s.name, "campaign_id": campaign.campaign_id,
             "isolation": getattr(s, "isolation", "bwrap"),
             "backend": s.scheduler.backend, "target_verified": s.target_verified,
             "runs": len(listing.records), "counts": counts, "outcomes": outcomes,
             "corrupt": listing.corrupt, "tick": tick, "interval_s": interval_s,
             "draining": draining, "drain": drain_info, "cooldowns": cooldowns,
             "active": active, "held": held, "errors": errors, "ended": ended,
-            "held_leases": held_leases}
+            "held_leases": held_leases, "attempts_spent": attempts_spent,
+            "interruptions": interruptions, "interrupted_by": interrupted_by,
+            "spend": {"spent_usd": round(spent, 6), "cap_usd": s.max_spend_usd},
+            **({"queued": queued} if include_queued else {})}
+
+
+def _committed(path: str) -> float:
+    """Committed spend in a spend.json (0 when there is none or it is unreadable)."""
+    from runstate.files import parse_model_fast, read_raw
+    from runstate.models import SpendLedger
+    try:
+        raw = read_raw(path)
+    except OSError:
+        return 0.0
+    if raw is None:
+        return 0.0
+    loaded = parse_model_fast(path, raw, SpendLedger)
+    return loaded.value.committed_usd if loaded.value is not None else 0.0
+
+
+def _first_line(text: str) -> str:
+    """An error in full on one line: never cut mid-word (Slurm's own words are the useful part)."""
+    return " ".join(text.split())
 
 
 def _age(seconds: float) -> str:
@@ -106,8 +161,56 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def render_status(st: dict[str, Any], limit: int = 20) -> str:
+def filter_status(st: dict[str, Any], *, state: str | None = None, outcome: str | None = None,
+                  lane: str | None = None) -> dict[str, Any]:
+    """`st` with its run lists (active, held, queued, errors, ended) cut to the filters; counts stay whole."""
+    def keep(kind: str, row: dict) -> bool:
+        if state is not None and kind != state:
+            return False
+        if outcome is not None and (kind != "ended" or row.get("outcome") != outcome):
+            return False
+        return lane is None or row.get("lane", lane) == lane
+    out = dict(st)
+    out["active"] = [r for r in st["active"] if keep("active", r)]
+    out["held"] = [r for r in st["held"] if keep("queued", r)]
+    out["ended"] = [r for r in st["ended"] if keep("ended", r)]
+    if "queued" in st:
+        out["queued"] = [r for r in st["queued"] if keep("queued", r)]
+    if state is not None or outcome is not None or lane is not None:
+        shown = {r["run_id"] for key in ("active", "held", "ended", "queued") for r in out.get(key, [])}
+        out["errors"] = [r for r in st["errors"] if r["run_id"] in shown]
+        out["filters"] = " ".join(f"{k}={v}" for k, v in (("state", state), ("outcome", outcome), ("lane", lane)) if v)
+        out["show_verified"] = True
+    return out
+
+
+def _bar(done: float, total: float, width: int) -> str:
+    frac = 0.0 if total <= 0 else max(0.0, min(1.0, done / total))
+    filled = int(round(frac * width))
+    return "[" + "#" * filled + "-" * (width - filled) + f"] {frac * 100:3.0f}%"
+
+
+def render_progress(st: dict[str, Any], width: int = 80) -> list[str]:
+    """Two bars for a terminal: verified toward target_verified, spend against the cap."""
+    bar_w = max(10, min(40, width - 45))
+    verified = st["outcomes"].get("verified", 0)
+    target = st["target_verified"]
+    lines = [f"verified {verified:>5}/{target:<5} {_bar(verified, target, bar_w)}"]
+    spend = st.get("spend") or {}
+    spent, cap = spend.get("spent_usd", 0.0), spend.get("cap_usd")
+    if cap:
+        lines.append(f"spend  {spent:>8.2f}/{cap:<8.2f} USD {_bar(spent, cap, bar_w)}")
+    else:
+        lines.append(f"spend  {spent:>8.2f} USD (no campaign cap)")
+    return lines
+
+
+def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False, width: int = 80) -> str:
     out = [f"campaign {st['name']} ({st['campaign_id']}) at {st['campaign']}  backend {st['backend']}"]
+    if progress:
+        out += render_progress(st, width)
+    if st.get("filters"):
+        out.append(f"showing runs with {st['filters']}")
     tick = st["tick"]
     if tick is None:
         out.append("last tick: never (run `sweep tick`, or install it with `sweep scrontab --install`)")
@@ -120,6 +223,16 @@ def render_status(st: dict[str, Any], limit: int = 20) -> str:
         out.append(line)
         for err in tick["errors"][:3]:
             out.append(f"  tick error: {err}")
+        for g in tick.get("ghosts") or []:
+            out.append(f"  ghost job {g['job_id']} ({g['name']}): no lease knows it; counted against "
+                       "the limits, cancelled after tick.ghost_grace_s")
+        if tick.get("accounting") == "unavailable":
+            out.append(f"  accounting: unavailable ({tick.get('accounting_error')}): a controller job that "
+                       "vanished without a word counts as an attempt, even if it was preempted or its "
+                       "node failed (docs/slurm.md)")
+        elif tick.get("accounting") == "unknown":
+            out.append(f"  accounting: UNKNOWN ({tick.get('accounting_error')}): vanished jobs are judged "
+                       "on a later tick")
     if st["draining"]:
         d = st["drain"]
         why = f" — reason: {d['reason']}" if d and d.get("reason") else ""
@@ -136,6 +249,10 @@ def render_status(st: dict[str, Any], limit: int = 20) -> str:
     if st["corrupt"]:
         parts.append(f"corrupt {len(st['corrupt'])}")
     out.append("runs: " + "  ".join(parts) + f"   (target {st['target_verified']} verified)")
+    if st.get("attempts_spent") or st.get("interruptions"):
+        by = ", ".join(f"{cause} {n}" for cause, n in sorted(st.get("interrupted_by", {}).items()))
+        out.append(f"attempts spent: {st['attempts_spent']}   interruptions (not the runs' fault): "
+                   f"{st['interruptions']}" + (f" ({by})" if by else ""))
     for cd in st["cooldowns"]:
         if cd.get("canary"):
             out.append(f"cooldown over for {cd['role']}: admitting one canary run")
@@ -143,24 +260,47 @@ def render_status(st: dict[str, Any], limit: int = 20) -> str:
             out.append(f"cooldown: {cd['role']} ({cd['kind']}) {_age(cd['left_s'])} left — {cd['detail'] or ''}")
     if st["active"]:
         out.append("active:")
-        out.append(f"  {'RUN':<40} {'JOB':>10} {'LANE':<5} {'PHASE':<9} ATTEMPTS")
+        out.append(f"  {'RUN':<40} {'JOB':>10} {'LANE':<5} {'PHASE':<9} ATTEMPTS INTERRUPTIONS")
         for a in st["active"][:limit]:
             lane = a["lane"] + (f"x{a['gpus']}" if a["gpus"] else "")
             out.append(f"  {a['run_id']:<40} {a['job_id']:>10} {lane:<5} {a['phase']:<9} "
-                       f"{a['attempts']}/{a['max_attempts']}")
+                       f"{a['attempts']}/{a['max_attempts']:<6} {a.get('interruptions', 0)}/"
+                       f"{a.get('max_interruptions', '?')}")
         if len(st["active"]) > limit:
             out.append(f"  ... and {len(st['active']) - limit} more")
+    for b in st.get("lanes_backing_off") or []:
+        state = (f"backing off, {_age(b['left_s'])} left" if b["left_s"] > 0 else "back-off over, probing")
+        out.append(f"lane {b['lane']}: {b['failures']} refused submission(s) in a row, {state}")
+        out.append(f"  slurm said: {_first_line(b['message'])}")
     if st["held"]:
-        out.append("held:")
-        for h in st["held"][:limit]:
-            out.append(f"  {h['run_id']:<40} {h['reason']}")
+        out.append("not admitted (queued), and why:")
+        if len(st["held"]) <= limit:
+            for h in st["held"]:
+                out.append(f"  {h['run_id']:<40} {h['reason']}")
+        else:
+            by_reason: dict[str, list[str]] = {}
+            for h in st["held"]:
+                by_reason.setdefault(h["reason"], []).append(h["run_id"])
+            for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:limit]:
+                shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+                out.append(f"  {len(ids):>6} runs: {reason}  ({shown})")
     if st["errors"]:
         out.append("errors:")
         for e in st["errors"][:limit]:
-            out.append(f"  {e['run_id']:<40} {e['error'][:160]}")
+            out.append(f"  {e['run_id']:<40} {_first_line(e['error'])}")
     for run_id, why in list(st["corrupt"].items())[:limit]:
         out.append(f"corrupt: {run_id}: {why}")
-    for outcome in ("generated_unverified", "blocked"):
+    if st.get("queued"):
+        out.append("queued:")
+        for q in st["queued"][:limit]:
+            out.append(f"  {q['run_id']:<40} {q['lane']:<5} next {q['phase']:<9} "
+                       f"attempts {q['attempts']}/{q['max_attempts']}")
+        if len(st["queued"]) > limit:
+            out.append(f"  ... and {len(st['queued']) - limit} more")
+    shown = ("generated_unverified", "blocked")
+    if st.get("show_verified"):
+        shown = ("verified", *shown)
+    for outcome in shown:
         ended = [e for e in st["ended"] if e["outcome"] == outcome]
         if ended:
             out.append(f"{outcome}:")
@@ -168,4 +308,5 @@ def render_status(st: dict[str, Any], limit: int = 20) -> str:
                 out.append(f"  {e['run_id']:<40} {e['reason'] or ''}")
             if len(ended) > limit:
                 out.append(f"  ... and {len(ended) - limit} more")
-    return "\n".join(out)
+    # each line escaped on its own, newlines too: a PR's or an agent's text cannot forge a line
+    return "\n".join(textsafe.line(text) for text in out)

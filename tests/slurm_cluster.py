@@ -88,6 +88,18 @@ PartitionName=cpu Nodes={node} Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes={node} MaxTime=INFINITE State=UP
 """
 
+# The preemption option (SlurmCluster(..., preempt=True)): partition-priority preemption, the only
+# kind a cluster without slurmdbd can have (preempt/qos needs QOS records, which live in slurmdbd).
+# `scavenger` jobs are requeued when an `urgent` job needs their CPUs, `scavenger-cancel` jobs are
+# cancelled; `cpu`/`gpu` stay as in the default cluster. GraceTime=0: TERM, then KILL after KillWait.
+PREEMPT_CONF = """\
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=scavenger Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=scavenger-cancel Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
+PartitionName=urgent Nodes={node} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+"""
+
 
 class ClusterError(RuntimeError):
     """The throwaway cluster could not be started (the message carries the daemon's log tail)."""
@@ -152,8 +164,13 @@ def _clean_env() -> dict[str, str]:
 class SlurmCluster:
     """One throwaway cluster in `directory`. Start with `start()`, always `stop()`."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, *, preempt: bool = False, jobcomp: bool = True):
+        """`preempt`: add the PREEMPT_CONF partitions; `jobcomp=False`: no job completion log
+        either, so not even `sacct -c` can say how a job ended (the default already has no
+        accounting storage: plain `sacct` fails with "Slurm accounting storage is disabled")."""
         self.dir = Path(directory)
+        self.preempt = preempt
+        self.jobcomp = jobcomp
         self.conf = self.dir / "slurm.conf"
         self.log_dir = self.dir / "log"
         self.env = dict(_clean_env(), SLURM_CONF=str(self.conf))
@@ -186,8 +203,14 @@ class SlurmCluster:
             dev = d / "dev" / f"nvidia{i}"
             if not dev.is_symlink():
                 dev.symlink_to("/dev/null")   # a real device node; a file-less GPU is dropped
-        self.conf.write_text(SLURM_CONF.format(d=d, node=NODE, ncpu=NCPU, ngpu=NGPU,
-                                               ctld_port=_free_port(), slurmd_port=_free_port()))
+        conf = SLURM_CONF.format(d=d, node=NODE, ncpu=NCPU, ngpu=NGPU,
+                                 ctld_port=_free_port(), slurmd_port=_free_port())
+        if not self.jobcomp:
+            conf = re.sub(r"^JobComp(Type|Loc)=.*\n", "", conf, flags=re.MULTILINE)
+            conf += "JobCompType=jobcomp/none\n"
+        if self.preempt:
+            conf += PREEMPT_CONF.format(node=NODE)
+        self.conf.write_text(conf)
         (d / "gres.conf").write_text(
             f"AutoDetect=off\nNodeName={NODE} Name=gpu File={d}/dev/nvidia[0-{NGPU - 1}]\n")
 
@@ -389,13 +412,14 @@ if pytest is not None:
             pytest.fail(f"CI=true but the Slurm test cluster is unavailable: {reason}", pytrace=False)
         pytest.skip(reason)
 
-    def start_throwaway_cluster(prefix: str = "sweep-slurm-"):
-        """Start a cluster or skip/fail the requesting test; returns (cluster, directory)."""
+    def start_throwaway_cluster(prefix: str = "sweep-slurm-", **options):
+        """Start a cluster or skip/fail the requesting test; returns (cluster, directory).
+        `options` go to SlurmCluster (preempt=True, jobcomp=False)."""
         reason = missing_requirements()
         if reason:
             _unavailable(reason)
         d = new_cluster_dir(prefix)
-        cluster = SlurmCluster(d)
+        cluster = SlurmCluster(d, **options)
         try:
             cluster.start()
         except (ClusterError, OSError, subprocess.SubprocessError) as exc:
@@ -414,6 +438,18 @@ if pytest is not None:
             cluster.stop()
             remove_cluster_dir(d)
 
+    @pytest.fixture(scope="module")
+    def slurm_preempt_cluster():
+        """A cluster of its own with partition-priority preemption (PREEMPT_CONF) and the job
+        completion log (`sacct -c`), per test module: preemption tests take the whole node, and
+        a failed-node test downs it, so they must not share a cluster with other tests."""
+        cluster, d = start_throwaway_cluster("sweep-slurm-preempt-", preempt=True)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+            remove_cluster_dir(d)
+
     @pytest.fixture(scope="session")
     def scrontab_bin() -> Path:
         """A scrontab client for the installed Slurm (built from Debian's source if missing)."""
@@ -425,7 +461,9 @@ if pytest is not None:
 
 # -- CLI -------------------------------------------------------------------------------------------
 def _cli(argv: list[str]) -> int:
-    usage = "usage: python tests/slurm_cluster.py up [DIR] | down DIR"
+    usage = "usage: python tests/slurm_cluster.py up [--preempt] [DIR] | down DIR"
+    preempt = "--preempt" in argv       # the preemption partitions of PREEMPT_CONF
+    argv = [a for a in argv if a != "--preempt"]
     if not argv or argv[0] not in ("up", "down") or (argv[0] == "down" and len(argv) != 2):
         print(usage, file=sys.stderr)
         return 2
@@ -435,7 +473,7 @@ def _cli(argv: list[str]) -> int:
             d.mkdir(parents=True, exist_ok=True)
         else:
             d = new_cluster_dir()
-        cluster = SlurmCluster(d)
+        cluster = SlurmCluster(d, preempt=preempt)
         try:
             cluster.start()
         except (ClusterError, OSError, subprocess.SubprocessError) as exc:

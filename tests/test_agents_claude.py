@@ -160,3 +160,26 @@ def test_reviewer_manifest_is_honoured_by_claude():
     for role in ("author", "reviewer", "solver"):
         spec, _ = shipped(role)
         check_runtime_supports(spec, "claude-code", {})
+
+
+def test_a_walltime_kill_after_a_tool_printed_503_is_a_failure(tmp_path, fake):
+    url = fake.script("solver", Script(steps=[
+        tool_calls([("Bash", {"command": "echo 'API Error: 503 Service Unavailable'; echo 'Connection refused'"})]),
+        tool_calls([("Bash", {"command": "sleep 60", "description": "wait", "timeout": 120000})])]))
+    role = custom_role("solver", walltime_s=8)
+    result, req = run_agent(tmp_path, role, "claude-code", opts(url))
+    assert "503 Service Unavailable" in (req.session_dir / "stdout.txt").read_text()    # in the stream
+    assert result.status == "timeout" and result.failure_class == "failure", result.evidence
+
+
+def test_is_sandbox_is_set_only_inside_the_sandbox(tmp_path, fake):
+    from sweep.providers.local.bwrap import probe_bwrap
+    url = fake.script("reviewer", Script(steps=[structured(VERDICT), text("ok")]))
+    result, req = run_agent(tmp_path / "none", "reviewer", "claude-code", opts(url), isolation="none")
+    assert result.status == "ok" and result.isolation == "none"
+    assert "IS_SANDBOX" not in json.loads((req.session_dir / "argv.json").read_text())["env_set"]
+    if probe_bwrap()[0] is None:
+        pytest.skip("bubblewrap is not usable here")
+    result, req = run_agent(tmp_path / "bwrap", "reviewer", "claude-code", opts(url), isolation="bwrap")
+    assert result.status == "ok" and result.isolation == "bwrap"
+    assert "IS_SANDBOX" in json.loads((req.session_dir / "argv.json").read_text())["env_set"]

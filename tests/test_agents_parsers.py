@@ -112,3 +112,51 @@ def test_sane_costs_pass():
     assert sane_cost(None, 5.0) == (None, None)
     assert sane_turns(3, 80) == (3, None)
     assert sane_turns(-1, 80)[0] is None and sane_turns(10**9, 80)[0] is None
+
+
+def codex(case: str):
+    from sweep.runtimes.codex import CodexStream
+    stream = CodexStream(prices={"input_per_mtok": 1.25, "output_per_mtok": 10.0})
+    for line in (FIXTURES / "codex-0.171.0" / f"{case}.jsonl").read_bytes().splitlines():
+        stream.feed_line(line)
+    return stream
+
+
+@pytest.mark.parametrize("case,rc,cls", [
+    ("solver_ok", 0, None),
+    ("api_429_rate_limit_exceeded", 1, "throttle"),
+    ("api_429_insufficient_quota", 1, "config"),
+    ("api_503_server_error", 1, "outage"),
+    ("api_401_invalid_api_key", 1, "config"),
+])
+def test_codex_streams_classify(case, rc, cls):
+    from sweep.runtimes.codex import classify_codex
+    parsed = classify_codex(codex(case), Outcome(rc=rc), None)
+    assert parsed.failure_class == cls and parsed.ok is (cls is None)
+
+
+def test_codex_usage_is_priced_and_steps_counted():
+    stream = codex("solver_ok")
+    assert stream.thread_id and stream.steps == 2
+    assert stream.cost_usd == pytest.approx((4000 * 1.25 + 600 * 10.0) / 1e6)
+
+
+def test_codex_watch_stops_on_reconnects_turns_and_cost():
+    from sweep.runtimes.codex import CodexWatch
+    refused = (FIXTURES / "codex-0.171.0" / "connection_refused.jsonl").read_bytes()
+    assert CodexWatch(None, None, None).feed(refused).startswith("unreachable")
+    ok = (FIXTURES / "codex-0.171.0" / "solver_ok.jsonl").read_bytes()
+    assert CodexWatch(1, None, None).feed(ok).startswith("max_turns")
+    assert CodexWatch(None, 0.001, {"input_per_mtok": 1.25, "output_per_mtok": 10.0}).feed(ok).startswith("max_budget")
+    assert CodexWatch(80, 5.0, {"input_per_mtok": 1.25, "output_per_mtok": 10.0}).feed(ok) is None
+
+
+def test_a_walltime_kill_is_an_outage_only_while_the_cli_retries_the_api():
+    busy = ClaudeStream()
+    busy.feed_line('{"type":"system","subtype":"init","session_id":"s"}')
+    busy.feed_line('{"type":"user","message":{"content":[{"type":"tool_result","content":"API Error: 503 Service Unavailable"}]}}')
+    assert classify_stream(busy, Outcome(rc=None, timed_out=True)).failure_class == "failure"
+    retrying = ClaudeStream()
+    retrying.feed_line('{"type":"system","subtype":"init","session_id":"s"}')
+    retrying.feed_line('{"type":"system","subtype":"api_retry","attempt":1,"error_status":"529","error":"overloaded"}')
+    assert classify_stream(retrying, Outcome(rc=None, timed_out=True)).failure_class == "throttle"

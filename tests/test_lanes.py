@@ -48,7 +48,7 @@ def test_defaults_are_local_with_a_default_cpu_partition_and_a_gpu_partition():
     assert settings.lanes.cpu.partition is None and settings.lanes.gpu.partition == "gpu"
     assert settings.lanes.cpu.sbatch_options() == []
     assert settings.lanes.gpu.sbatch_options(2) == ["--partition=gpu", "--gres=gpu:2"]
-    assert settings.call_timeout_seconds == 20 and settings.signal == "B:TERM@120"
+    assert settings.call_timeout_seconds == 20 and settings.signal == "B:USR1@120"
 
 
 def test_the_documented_gpu_cluster_example_renders_the_expected_options():

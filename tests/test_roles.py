@@ -268,7 +268,7 @@ def test_command_runtime_needs_placeholders_for_budget_caps_but_not_for_a_shell_
 def test_an_unknown_runtime_is_a_config_error():
     spec = load_manifest(shipped_manifests_dir() / "author.toml")
     with pytest.raises(ConfigError) as info:
-        check_runtime_supports(spec, "claude-code")
+        check_runtime_supports(spec, "no-such-agent")
     assert info.value.field == "runtime"
 
 

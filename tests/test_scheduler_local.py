@@ -16,8 +16,8 @@ import pytest
 
 from runstate.errors import SchedulerError
 from sweep.scheduler.local import LocalScheduler
-from sweep.scheduler.local.records import (JobRecord, StateDir, boot_id, is_alive,
-                                           process_start_time)
+from sweep.proc import boot_id, process_start_time
+from sweep.scheduler.local.records import JobRecord, StateDir, is_alive
 from tests.tools.scheduler_kit import JobFactory, queue_ids, read_output, unique_prefix, wait_for
 
 REPO = Path(__file__).resolve().parents[1]

@@ -230,7 +230,7 @@ def test_not_a_campaign_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("options, field", [
     ({"provider": "modal"}, "candidates.1.options.provider"),
-    ({"runtimes": {"solver": "claude-code"}}, "candidates.1.options.runtimes.solver"),
+    ({"runtimes": {"solver": "no-such-agent"}}, "candidates.1.options.runtimes.solver"),
 ])
 def test_init_refuses_a_provider_or_runtime_it_cannot_run(tmp_path, options, field):
     plan = payload_plan(2)
@@ -239,3 +239,20 @@ def test_init_refuses_a_provider_or_runtime_it_cannot_run(tmp_path, options, fie
               check=False)
     assert r.returncode == 2 and field in r.stderr and "not available" in r.stderr, r.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_tick_removes_stale_lease_tombstones_of_the_runs_it_acts_on(campaign):
+    """A killed lease operation leaves `.lease.json.tomb.*` / `.new.*`; the tick cleans old ones."""
+    d = campaign(payload_plan(2, max_parallel=2))
+    rdir = run_dir(d, "pr-000")
+    old = [rdir / ".lease.json.tomb.host.1.ab", rdir / ".lease.json.new.host.2.cd"]
+    fresh = rdir / ".lease.json.tomb.host.3.ef"      # could belong to an operation in flight
+    other = rdir / ".state.json.tmp.host.4.gh"        # not a lease leftover: never touched here
+    for p in (*old, fresh, other):
+        p.write_bytes(b"{}")
+    for p in (*old, other):
+        os.utime(p, (time.time() - 3600, time.time() - 3600))
+    sweep("tick", "--campaign", str(d))
+    assert load_record(rdir).value.state is RunState.active      # the tick acted on this run
+    assert not any(p.exists() for p in old)
+    assert fresh.exists() and other.exists()

@@ -3,8 +3,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from runstate.lease import LeaseView
 from runstate.models import Lease, OutageStamp, Outcome, Phase, RunRecord, RunState
-from sweep.tick.plan import (Admit, Adopt, EndRun, PlanSettings, QueueJob, ReapLease, Requeue,
-                             RunView, SetHold, Snapshot, next_role, plan_tick)
+from sweep.tick.plan import (Admit, Adopt, CancelGhost, EndRun, GiveUpSubmission, NoteGhosts,
+                             PlanSettings, QueueJob, ReapLease, Requeue, RunView, SetHold, Snapshot,
+                             Wait, next_role, plan_tick)
 
 NOW = 1_000_000.0
 TTL = 600.0
@@ -54,6 +55,8 @@ def snapshots(draw):
         elif lease_kind == "corrupt":
             lease = LeaseView(None, b"", None, "empty file", NOW - draw(st.sampled_from([5, TTL + 5])))
         runs[rid] = RunView(rec, lease, 0.0)
+    for g in range(draw(st.sampled_from([0, 0, 0, 1, 2]))):     # ghosts: our prefix, no lease knows them
+        queue[str(700 + g)] = QueueJob(str(700 + g), f"sw.c.ghost{g}.r{g:02d}", draw(st.sampled_from([0, 1])))
     stamps = {}
     for role in ("author", "reviewer", "solver"):
         c = draw(st.sampled_from(["none", "none", "active", "expired", "future"]))
@@ -83,7 +86,17 @@ def occupied_after(snap, actions):
                 rid not in {a.run_id for a in actions if isinstance(a, ReapLease)}:
             slots.add(rid)
     slots |= {a.run_id for a in actions if isinstance(a, (Admit, Adopt))}
+    # a ghost counts on its own, unless its run's lease is corrupt (then the run's slot covers it)
+    slots |= {f"ghost:{j.job_id}:{j.gpus}" for j in snap.queue.values() if ".ghost" in j.name
+              and not (snap.runs.get(j.name.split(".")[3]) and snap.runs[j.name.split(".")[3]].lease
+                       and snap.runs[j.name.split(".")[3]].lease.lease is None)}
     return slots
+
+
+def _gpus(snap, slot):
+    if slot.startswith("ghost:"):
+        return int(slot.rsplit(":", 1)[1])
+    return snap.runs[slot].record.gpus
 
 
 PROPS = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -101,7 +114,7 @@ def test_admission_respects_every_limit(case):
         return
     occ = occupied_after(snap, actions)
     assert len(occ) <= cfg.max_parallel
-    gpu_occ = [r for r in occ if snap.runs[r].record.gpus > 0]
+    gpu_occ = [r for r in occ if _gpus(snap, r) > 0]
     assert len(gpu_occ) <= max(cfg.max_gpu_parallel, 0) or not any(a.gpus for a in admits)
     verified = sum(1 for v in snap.runs.values() if v.record.outcome is Outcome.verified)
     active_before = len(occ) - len(admits)
@@ -262,3 +275,74 @@ def test_a_cap_below_one_reservation_ends_the_run():
     actions = plan_tick(snap, CFG)
     assert [(a.run_id, a.reason) for a in actions if isinstance(a, EndRun)] == [("r0", "budget_exhausted")]
     assert [a.run_id for a in actions if isinstance(a, Admit)] == ["r1"]
+
+
+@PROPS
+@given(snapshots())
+def test_every_queued_run_not_admitted_has_exactly_one_reason(case):
+    snap, cfg = case
+    actions = plan_tick(snap, cfg)
+    acted = {a.run_id for a in actions if isinstance(a, (Admit, Adopt, EndRun, ReapLease, GiveUpSubmission))}
+    waits: dict[str, int] = {}
+    for a in actions:
+        if isinstance(a, Wait):
+            assert a.reason
+            waits[a.run_id] = waits.get(a.run_id, 0) + 1
+    for rid, v in snap.runs.items():
+        if v.record.state is RunState.queued and rid not in acted:
+            assert waits.get(rid) == 1, (rid, waits.get(rid), v.lease)
+    assert all(n == 1 for n in waits.values())
+
+
+@PROPS
+@given(snapshots())
+def test_ghosts_are_only_cancelled_when_seen_before_and_never_with_the_queue_unknown(case):
+    snap, cfg = case
+    actions = plan_tick(snap, cfg)
+    cancels = [a for a in actions if isinstance(a, CancelGhost)]
+    assert not cancels       # the generator gives no earlier sightings
+    notes = [a for a in actions if isinstance(a, NoteGhosts)]
+    if not snap.queue_known:
+        assert not notes
+    else:
+        corrupt = {rid for rid, v in snap.runs.items() if v.lease is not None and v.lease.lease is None}
+        ghosts = {j.job_id for j in snap.queue.values() if ".ghost" in j.name and j.name.split(".")[3] not in corrupt}
+        assert set(notes[0].jobs if notes else ()) == ghosts
+
+
+def test_a_ghost_seen_for_the_grace_is_cancelled_and_holds_its_slot_meanwhile():
+    from runstate.models import GhostJob
+    cfg = PlanSettings(target_verified=10, max_parallel=1, max_gpu_parallel=1, max_spend_usd=None,
+                       lease_ttl_s=TTL, submit_grace_s=120, ghost_grace_s=60)
+    ghost = QueueJob("5", "sw.c.zzz.r0", 0)
+    young = _snap([_rec(0)], queue={"5": ghost}, ghosts_seen={"5": GhostJob(name=ghost.name, first_seen=NOW - 10)})
+    actions = plan_tick(young, cfg)
+    assert not [a for a in actions if isinstance(a, (Admit, CancelGhost))]
+    assert any(isinstance(a, Wait) and "max_parallel 1" in a.reason for a in actions)
+    old = _snap([_rec(0)], queue={"5": ghost}, ghosts_seen={"5": GhostJob(name=ghost.name, first_seen=NOW - 61)})
+    assert [a.job_id for a in plan_tick(old, cfg) if isinstance(a, CancelGhost)] == ["5"]
+
+
+def test_an_uncertain_submission_keeps_its_lease_until_the_bound_then_is_given_up():
+    cfg = PlanSettings(target_verified=10, max_parallel=3, max_gpu_parallel=1, max_spend_usd=None,
+                       lease_ttl_s=TTL, submit_grace_s=5, uncertain_submit_s=300)
+    ls = Lease(run_id="r0", token="abc", holder="tick", acquired_at=NOW - 200, heartbeat_at=NOW - 200)
+    rec = _rec(0, submit_token="abc", submitting_since=NOW - 200)
+    view = RunView(rec, LeaseView(None, b"x", ls, None, 0.0))
+    actions = plan_tick(Snapshot(now=NOW, queue_known=True, queue={}, runs={"r0": view}), cfg)
+    assert not [a for a in actions if isinstance(a, (ReapLease, GiveUpSubmission, Admit))]
+    assert any(isinstance(a, Wait) and "submit grace" in a.reason for a in actions)
+    later = plan_tick(Snapshot(now=NOW + 101, queue_known=True, queue={}, runs={"r0": view}), cfg)
+    assert [type(a) for a in later if not isinstance(a, Wait)] == [GiveUpSubmission]
+
+
+def test_a_lane_backing_off_holds_its_runs_while_the_other_lane_admits():
+    from runstate.models import LaneBackoff
+    lanes = {"cpu": LaneBackoff(failures=2, until=NOW + 50, message="sbatch: error: Invalid partition name specified")}
+    snap = _snap([_rec(0), _rec(1), _rec(2, gpus=1)], lanes=lanes)
+    actions = plan_tick(snap, CFG)
+    assert [a.run_id for a in actions if isinstance(a, Admit)] == ["r2"]
+    reasons = {a.run_id: a.reason for a in actions if isinstance(a, Wait)}
+    assert reasons["r0"].startswith("lane cpu backing off") and reasons["r0"].endswith("Invalid partition name specified")
+    probing = _snap([_rec(0), _rec(1)], lanes={"cpu": LaneBackoff(failures=2, until=NOW - 1, message="x")})
+    assert [a.run_id for a in plan_tick(probing, CFG) if isinstance(a, Admit)] == ["r0"]

@@ -8,27 +8,77 @@ from sweep.cli.common import campaign_option, next_step
 @click.command("status")
 @campaign_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
-def status(campaign: str | None, as_json: bool) -> None:
+@click.option("--watch", "-w", is_flag=True, help="Refresh until Ctrl-C (reads files only; never calls Slurm).")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.option("--state", type=click.Choice(["queued", "active", "ended"]), default=None,
+              help="List only runs in this state.")
+@click.option("--outcome", type=click.Choice(["verified", "generated_unverified", "blocked"]), default=None,
+              help="List only ended runs with this outcome.")
+@click.option("--lane", type=click.Choice(["cpu", "gpu"]), default=None, help="List only runs of this lane.")
+@click.option("--all", "show_all", is_flag=True,
+              help="List every run (queued and verified too), without the 20-row cut.")
+def status(campaign: str | None, as_json: bool, watch: bool, interval: float, state: str | None,
+           outcome: str | None, lane: str | None, show_all: bool) -> None:
     """Show the campaign from its files (never calls Slurm).
 
     Last tick age (with a warning past three intervals), drain state, counts per state and outcome,
-    active runs with job id, lane, phase and attempts, role cooldowns, held and failing runs.
+    active runs with job id, lane, phase and attempts, role cooldowns, held and failing runs. On a
+    terminal, progress bars toward target_verified and spend against the cap; plain text when piped.
     """
+    import sys
+    import time
+
+    from sweep import textsafe
     from sweep.campaign import find_campaign
-    from sweep.status import collect_status, render_status
+    from sweep.status import collect_status, filter_status, render_status
     d = find_campaign(campaign)
-    st = collect_status(d)
-    if as_json:
+    tty = sys.stdout.isatty()
+
+    def snapshot() -> dict:
+        st = collect_status(d, include_queued=show_all or state == "queued")
+        st = filter_status(st, state=state, outcome=outcome, lane=lane)
+        if show_all:
+            st["show_verified"] = True
+        return st
+
+    if as_json and not watch:
         import orjson
-        click.echo(orjson.dumps(st, option=orjson.OPT_INDENT_2).decode())
+        click.echo(textsafe.json_text(orjson.dumps(snapshot(), option=orjson.OPT_INDENT_2).decode()))
         return
-    click.echo(render_status(st))
+    limit = 10**9 if show_all else 20
+    if watch:
+        import shutil
+        try:
+            while True:
+                st = snapshot()
+                if as_json:
+                    import orjson
+                    click.echo(textsafe.json_text(orjson.dumps(st).decode()))
+                else:
+                    width = shutil.get_terminal_size((80, 24)).columns
+                    text = render_status(st, limit, progress=tty, width=width)
+                    stamp = time.strftime("%H:%M:%S")
+                    if tty:   # redraw in place: home, clear; the text itself has no escapes
+                        click.echo("\x1b[H\x1b[2J" + text
+                                   + f"\n\nrefreshed {stamp} every {interval:g}s; Ctrl-C to stop")
+                    else:
+                        click.echo(f"--- {stamp}\n{text}\n")
+                sys.stdout.flush()
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            click.echo("")
+            return
+    st = snapshot()
+    import shutil
+    click.echo(render_status(st, limit, progress=tty, width=shutil.get_terminal_size((80, 24)).columns))
     if st["drain"] and st["drain"]["drained"]:
         next_step(f"sweep runtime freeze --campaign {d}, then sweep undrain --campaign {d}")
     elif st["counts"]["queued"] + st["counts"]["active"] == 0:
-        next_step(f"look at the results in {d}/runs/*/report.md, or sweep show RUN_ID --campaign {d}")
+        next_step(f"sweep export DATASET_DIR --campaign {d}   (the verified tasks as a Harbor dataset), "
+                  f"or sweep report --campaign {d}")
     else:
-        next_step(f"sweep show RUN_ID --campaign {d}   (one run's history)")
+        next_step(f"sweep show RUN_ID --campaign {d}   (one run's history), or sweep status --watch")
 
 
 def _show_sessions(rdir) -> None:
@@ -69,7 +119,13 @@ def show(run_id: str, campaign: str | None, as_json: bool) -> None:
     from runstate.lease import read_lease
     from runstate.models import validate_run_id
     from runstate.runs import load_record, read_events, run_dir
+    from sweep import textsafe
     from sweep.campaign import find_campaign, load_campaign
+
+    def say(text: str) -> None:
+        # record, lease and events hold text from PRs, tests and agents: escaped, one line each
+        click.echo(textsafe.line(text))
+
     d = find_campaign(campaign)
     load_campaign(d)
     try:
@@ -83,41 +139,47 @@ def show(run_id: str, campaign: str | None, as_json: bool) -> None:
     lease = read_lease(rdir)
     events, skipped = read_events(rdir)
     if as_json:
-        click.echo(orjson.dumps({
+        click.echo(textsafe.json_text(orjson.dumps({
             "record": loaded.value.model_dump(mode="json") if loaded.value else None,
             "problem": loaded.problem,
             "lease": lease.lease.model_dump(mode="json") if lease and lease.lease else None,
-            "events": [e.model_dump(mode="json") for e in events]}, option=orjson.OPT_INDENT_2).decode())
+            "events": [e.model_dump(mode="json") for e in events]}, option=orjson.OPT_INDENT_2).decode()))
         return
     if loaded.value is None:
-        click.echo(f"state.json: {loaded.problem}")
+        say(f"state.json: {loaded.problem}")
     else:
         r = loaded.value
         end = f" {r.outcome.value}" + (f":{r.reason}" if r.reason else "") if r.outcome else ""
-        click.echo(f"{run_id}: {r.state.value}{end}  phase {r.phase.value}  attempts {r.attempts}/"
-                   f"{r.max_attempts}  lane {r.lane}{'x' + str(r.gpus) if r.gpus else ''}  "
-                   f"job {r.job_id or '-'}")
+        say(f"{run_id}: {r.state.value}{end}  phase {r.phase.value}  attempts {r.attempts}/"
+            f"{r.max_attempts}  interruptions {r.interruptions}/{r.max_interruptions}  "
+            f"lane {r.lane}{'x' + str(r.gpus) if r.gpus else ''}  job {r.job_id or '-'}")
+        if r.interrupted_by:
+            say("interrupted by: " + ", ".join(f"{cause} {n}" for cause, n in sorted(r.interrupted_by.items()))
+                + " (not counted as attempts)")
+        if r.pending_interruption:
+            p = r.pending_interruption
+            say(f"waiting for requeued job {p.get('job_id')}: {p.get('cause')} ({p.get('detail')})")
         if r.checkpoints:
-            click.echo("finished phases: " + ", ".join(r.finished_phases))
+            say("finished phases: " + ", ".join(r.finished_phases))
         if r.hold_reason:
-            click.echo(f"held: {r.hold_reason}")
+            say(f"held: {r.hold_reason}")
         if r.last_error:
-            click.echo(f"last error: {r.last_error}")
+            say(f"last error: {r.last_error}")
     if lease is None:
-        click.echo("lease: none")
+        say("lease: none")
     elif lease.lease is None:
-        click.echo(f"lease: corrupt ({lease.problem})")
+        say(f"lease: corrupt ({lease.problem})")
     else:
         ls = lease.lease
-        click.echo(f"lease: {ls.holder} {ls.job_id or ''} token {ls.token}, heartbeat "
-                   f"{datetime.datetime.fromtimestamp(ls.heartbeat_at).isoformat(timespec='seconds')}")
+        say(f"lease: {ls.holder} {ls.job_id or ''} token {ls.token}, heartbeat "
+            f"{datetime.datetime.fromtimestamp(ls.heartbeat_at).isoformat(timespec='seconds')}")
     _show_sessions(rdir)
-    click.echo("events:")
+    say("events:")
     for e in events:
         when = datetime.datetime.fromtimestamp(e.ts).isoformat(timespec="seconds")
         detail = " ".join((e.detail or "").split())
         phase = f"[{e.phase}] " if e.phase else ""
-        click.echo(f"  {when}  {e.kind:<16} {phase}{detail[:200]}")
+        say(f"  {when}  {e.kind:<16} {phase}{detail[:200]}")
     if skipped:
-        click.echo(f"  ({skipped} unreadable event lines skipped)")
+        say(f"  ({skipped} unreadable event lines skipped)")
     next_step(f"sweep status --campaign {d}")

@@ -16,6 +16,25 @@ from runstate.models import SpendEntry, SpendLedger
 
 SPEND_FILE = "spend.json"
 EPS = 1e-9
+# Runtimes that never call a paid API: their sessions reserve only what the plan says.
+UNPAID_RUNTIMES = frozenset({"oracle", "nop"})
+
+
+def session_reservation(runtime: str, role_cap_usd: float | None, plan_reservation_usd: float) -> float:
+    """What one session reserves before it starts.
+
+    A paid session (an agent CLI) reserves the plan's `worker_reservation_usd` when set, else its
+    role's `budget.cost_cap_usd`: never 0, or a campaign cap would not bind sessions whose cost is
+    only known after the fact. It is settled with the cost the runtime parsed (or kept whole when
+    the cost is unknown). None means no figure exists: the caller refuses the session.
+    """
+    if runtime in UNPAID_RUNTIMES:
+        return plan_reservation_usd
+    if plan_reservation_usd > 0:
+        return plan_reservation_usd
+    if role_cap_usd is not None and role_cap_usd > 0:
+        return role_cap_usd
+    return 0.0
 
 
 class Budget:
@@ -67,6 +86,3 @@ class Budget:
             entries.append(e)
         self.ledger = self.ledger.model_copy(update={"entries": entries, "overrun": overrun})
         self._save()
-
-    def next_op_number(self) -> int:
-        return len(self.ledger.entries) + 1

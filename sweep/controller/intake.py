@@ -3,15 +3,18 @@
 Two sources: a local git repository with base and head refs, or a GitHub pull request through the
 REST API (base URL configurable, token from a file or the environment) followed by a git fetch of
 the PR's head. Nothing from the PR reaches a shell: git is run with argv lists, refs are validated,
-and the token is passed in a header, never on a command line or into any file.
+and the token is passed in a header, never on a command line or into any file. The header follows
+a redirect only to the same scheme, host and port: a redirect to another host (a hostile or
+misconfigured API endpoint, a CDN) is followed without it, so the token never leaves for a host
+the operator did not name.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,7 @@ from pathlib import Path
 import orjson
 
 from runstate.files import make_private_dir, read_bytes, write_atomic
+from sweep.git import GitFailed, run_git
 from sweep.models.plan import GITHUB_PR_RE, FrozenCandidate
 
 SOURCE_FILE = "source.json"
@@ -38,13 +42,31 @@ class IntakeTransient(Exception):
 class GithubSettings:
     api_url: str = "https://api.github.com"
     token_file: str | None = None
+    token_env: str | None = None          # the plan's `secrets.github.env`: a variable name
 
     @classmethod
     def from_env(cls) -> "GithubSettings":
         return cls(api_url=os.environ.get("SWEEP_GITHUB_API", cls.api_url).rstrip("/"),
                    token_file=os.environ.get("SWEEP_GITHUB_TOKEN_FILE"))
 
+    @classmethod
+    def for_campaign(cls, settings) -> "GithubSettings":
+        """From the environment, with the plan's `[secrets] github` (a file or a variable) first."""
+        from sweep.credentials import github_token_source, secret_file_problem
+        base = cls.from_env()
+        token_file, token_env = github_token_source(settings)
+        if token_file:
+            problem = secret_file_problem(Path(token_file))
+            if problem:
+                raise IntakeFailed(f"secrets.github.file: {problem}")
+            return cls(api_url=base.api_url, token_file=token_file)
+        if token_env:
+            return cls(api_url=base.api_url, token_env=token_env)
+        return base
+
     def token(self) -> str | None:
+        if self.token_env:
+            return os.environ.get(self.token_env) or None
         if self.token_file:
             try:
                 return Path(self.token_file).read_text().strip() or None
@@ -54,16 +76,12 @@ class GithubSettings:
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_TERMINAL_PROMPT": "0",
-           "HOME": os.environ.get("HOME", "/tmp"), "LC_ALL": "C"}   # noqa: S108 - git only reads HOME
     try:
-        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                           timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
-    except subprocess.TimeoutExpired:
-        raise IntakeTransient(f"git {args[0]} timed out after {GIT_TIMEOUT_S}s") from None
-    if r.returncode != 0:
-        raise IntakeFailed(f"git {args[0]} failed: {r.stderr.strip()[-400:]}")
-    return r.stdout
+        return run_git(args, repo=cwd, timeout=GIT_TIMEOUT_S).decode("utf-8", errors="replace")
+    except GitFailed as exc:
+        if exc.timed_out:
+            raise IntakeTransient(exc.message) from None
+        raise IntakeFailed(exc.message) from None
 
 
 def evidence_sha256(evidence: dict) -> str:
@@ -120,6 +138,29 @@ def _from_local(repo: str, base: str, head: str, title: str | None, body: str | 
             "base_ref": base, "head_ref": head, "title": title, "body": body, "changed_files": files}
 
 
+class _TokenStaysOnItsHost(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, dropping the Authorization header when one leaves the original origin.
+
+    urllib copies every header of a request onto its redirect, whatever the new host; a redirect
+    from the API to anywhere else would otherwise hand that host the token.
+    """
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme.lower())
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+_OPENER = urllib.request.build_opener(_TokenStaysOnItsHost)
+
+
 def _api_get(settings: GithubSettings, path: str) -> dict | list:
     # The base URL is the operator's (SWEEP_GITHUB_API), never the PR's: a trusted scheme.
     req = urllib.request.Request(settings.api_url + path, headers={  # noqa: S310
@@ -129,7 +170,7 @@ def _api_get(settings: GithubSettings, path: str) -> dict | list:
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, timeout=API_TIMEOUT_S) as resp:  # noqa: S310 - see above
+        with _OPENER.open(req, timeout=API_TIMEOUT_S) as resp:  # noqa: S310 - see above
             return orjson.loads(resp.read())
     except urllib.error.HTTPError as exc:
         if exc.code in (404, 410, 422):

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 from runstate.errors import ConfigError, ProviderError
 from runstate.files import make_private_dir, read_bytes
-from runstate.models import Outcome, Phase
-from sweep.controller.pipeline import (PHASE_ROLE, AttemptFailed, Ctx, Ending, Park,
-                                       clear_cooldown_after_success, fresh_dir, write_json)
+from runstate.models import EndReason, Outcome, Phase
+from sweep.controller.context import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, fresh_dir,
+                                      write_json)
 from sweep.providers.audit import copy_tree
 
 TRIAL_TIMEOUT_S = 900
@@ -29,6 +28,9 @@ def _options(ctx: Ctx):
     return ctx.candidate.candidate.options
 
 
+_PHASE_ROLE = {Phase.author: "author", Phase.review: "reviewer", Phase.solve: "solver"}
+
+
 def _provider(ctx: Ctx):
     from sweep.providers import get_provider
     if "provider" not in ctx.extra:
@@ -37,8 +39,8 @@ def _provider(ctx: Ctx):
                                                  isolation=getattr(ctx.campaign.settings, "isolation", "bwrap"))
         except (ConfigError, ProviderError) as exc:
             # nothing may run unsandboxed by accident: the run parks with the reason, every role
-            raise Park(PHASE_ROLE.get(ctx.record.phase, "author"), "outage", f"configuration error: {exc}",
-                       also=tuple(PHASE_ROLE.values())) from None
+            raise Park(_PHASE_ROLE.get(ctx.record.phase, "author"), "outage", f"configuration error: {exc}",
+                       also=tuple(_PHASE_ROLE.values())) from None
     return ctx.extra["provider"]
 
 
@@ -48,12 +50,12 @@ def _limits(ctx: Ctx):
 
 
 def _roles(ctx: Ctx) -> dict:
-    if "roles" not in ctx.extra:
+    if ctx.roles_cache is None:
         from roles import load_roles_dir, manifest_sha256
         specs = load_roles_dir(ctx.campaign_dir / "roles")
         shas = {name: manifest_sha256(ctx.campaign_dir / "roles" / f"{name}.toml") for name in specs}
-        ctx.extra["roles"] = (specs, shas)
-    return ctx.extra["roles"]
+        ctx.roles_cache = (specs, shas)
+    return ctx.roles_cache
 
 
 def _source(ctx: Ctx) -> dict:
@@ -71,14 +73,14 @@ def _session_dir(ctx: Ctx, role: str) -> Path:
 
 
 def _git_export(repo: str, commit: str, dest: Path) -> None:
-    """The tree of `commit` into `dest` (argv only; nothing from the PR reaches a shell)."""
+    """The tree of `commit` into `dest`: git archive unpacked by tarfile's data filter (sweep.git),
+    never an external tar running as whoever runs the controller."""
+    from sweep.git import GitFailed, export_tree
     make_private_dir(dest)
-    archive = subprocess.run(["git", "-C", repo, "archive", "--format=tar", commit],
-                             capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
-    if archive.returncode != 0:
-        raise AttemptFailed(f"git archive failed: {archive.stderr.decode(errors='replace')[-300:]}")
-    subprocess.run(["tar", "-x", "-f", "-", "-C", str(dest)], input=archive.stdout, check=True,
-                   capture_output=True, timeout=600)
+    try:
+        export_tree(repo, commit, dest, timeout=600)
+    except GitFailed as exc:
+        raise AttemptFailed(exc.message[-300:]) from None
 
 
 def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
@@ -87,22 +89,31 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     from sweep.runtimes import SessionRequest, run_session
     specs, shas = _roles(ctx)
     if role not in specs:
-        raise Ending(Outcome.blocked, "construction_failed", f"no manifest for role {role} in roles/")
+        raise Ending(Outcome.blocked, EndReason.construction_failed, f"no manifest for role {role} in roles/")
     opts = _options(ctx)
     runtime = getattr(opts.runtimes, role)
-    amount = opts.worker_reservation_usd if reserve is None else reserve
+    if reserve is None:
+        from sweep.controller.budget import UNPAID_RUNTIMES, session_reservation
+        amount = session_reservation(runtime, specs[role].budget.cost_cap_usd, opts.worker_reservation_usd)
+        if amount <= 0 and runtime not in UNPAID_RUNTIMES:
+            raise Park(role, "outage", f"configuration error: a {runtime} session costs money but role {role} has "
+                                       "no budget.cost_cap_usd and the plan no worker_reservation_usd, so "
+                                       "nothing would bound it")
+    else:
+        amount = reserve
     ok, why = ctx.budget.can_spend(amount)
     if not ok:
         raise Ending(Outcome.generated_unverified if (ctx.rdir / "task").exists() else Outcome.blocked,
-                     "budget_exhausted", why)
+                     EndReason.budget_exhausted, why)
     session_dir = _session_dir(ctx, role)
     op_id = session_dir.name
     ctx.budget.reserve(op_id, f"{role} session ({runtime})", amount)
     ctx.event("session_started", phase=ctx.record.phase.value, detail=f"{op_id} runtime {runtime}")
-    req = SessionRequest(role=specs[role], manifest_sha256=shas[role], runtime=runtime,
-                         runtime_options=dict(opts.runtime_options.get(role, {})), workspace=workspace,
-                         session_dir=session_dir, prompt=prompt, inputs=inputs, limits=_limits(ctx))
     try:
+        req = SessionRequest(role=specs[role], manifest_sha256=shas[role], runtime=runtime,
+                             runtime_options=dict(opts.runtime_options.get(role, {})), workspace=workspace,
+                             session_dir=session_dir, prompt=prompt, inputs=inputs, limits=_limits(ctx),
+                             secrets=_role_secrets(ctx, specs[role], runtime, opts.runtime_options.get(role)))
         result = run_session(req, _provider(ctx))
     except (ConfigError, ProviderError) as exc:
         # refused up front (bad runtime options, a runtime that cannot honour the manifest, an
@@ -133,18 +144,50 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     return result
 
 
+def _role_secrets(ctx: Ctx, spec, runtime: str, options: dict | None) -> dict:
+    """The plan's secret for this role's key family, only for a runtime that talks to a model API."""
+    # Asked of the runtime here, not in sweep.credentials: runtimes import credentials, not back.
+    from sweep.credentials import session_secrets
+    from sweep.runtimes import get_runtime
+    if not get_runtime(runtime).capabilities(options or {}).uses_credentials:
+        return {}
+    return session_secrets(ctx.campaign.settings, spec.key_family)
+
+
+def _end_if_secret_in_bundle(ctx: Ctx, bundle: Path, revision: int, *, install: bool) -> None:
+    """A bundle holding a secret (in any spelling sweep/redact.py knows) ends the run blocked.
+
+    The files are redacted in place first, and the redacted bundle is installed as task/, so the
+    evidence of what the author did is kept without the secret in it.
+    """
+    from sweep.redact import Redactor
+    redactor = Redactor()
+    leaked = redactor.files_with_secrets(bundle)
+    if not leaked:
+        return
+    for rel in leaked:
+        redactor.scrub_file(bundle / rel)
+    if install:
+        _install_bundle(ctx, bundle)
+    write_json(make_private_dir(ctx.rdir / "evidence") / f"secret-scan-r{revision:04d}.json",
+               {"files": leaked, "redacted": True, "at": time.time()})
+    shown = ", ".join(leaked[:5]) + (f" and {len(leaked) - 5} more" if len(leaked) > 5 else "")
+    raise Ending(Outcome.blocked, EndReason.secret_in_bundle,
+                 f"revision {revision} of the bundle held a secret (now redacted) in: {shown}")
+
+
 # ---- phases -----------------------------------------------------------------------------------
 
 def intake(ctx: Ctx):
-    from sweep.controller.intake import IntakeFailed, IntakeTransient, take_in
+    from sweep.controller.intake import GithubSettings, IntakeFailed, IntakeTransient, take_in
     prior = {p.strip().lower() for p in ctx.campaign.settings.prior_verified}
     fc = ctx.candidate
     if fc.pr_key.lower() in prior or (fc.candidate.url or "").lower() in prior or fc.run_id in prior:
-        raise Ending(Outcome.blocked, "duplicate", f"{fc.pr_key} is in the plan's prior_verified")
+        raise Ending(Outcome.blocked, EndReason.duplicate, f"{fc.pr_key} is in the plan's prior_verified")
     try:
-        src = take_in(ctx.rdir, fc)
+        src = take_in(ctx.rdir, fc, GithubSettings.for_campaign(ctx.campaign.settings) if fc.candidate.url else None)
     except IntakeFailed as exc:
-        raise Ending(Outcome.blocked, "intake_failed", str(exc)) from None
+        raise Ending(Outcome.blocked, EndReason.intake_failed, str(exc)) from None
     except IntakeTransient as exc:
         raise AttemptFailed(f"intake: {exc}") from None
     return Phase.author, {"base": src["base"], "head": src["head"], "evidence_sha256": src["evidence_sha256"],
@@ -154,7 +197,9 @@ def intake(ctx: Ctx):
 def author(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256, validate_bundle
     src = _source(ctx)
-    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0) + 1
+    # after `sweep retry` revisions keep counting up, so no earlier evidence file is overwritten
+    revision = max(ctx.record.checkpoints.get("author", {}).get("revision", 0),
+                   ctx.record.checkpoints.get("retry", {}).get("after_revision", 0)) + 1
     findings = ctx.record.checkpoints.get("repair", {}).get("findings", [])
     workspace = fresh_dir(ctx.rdir / "work" / f"author-r{revision:04d}")
     _git_export(src["repo"], src["base"], workspace / "repo")
@@ -168,8 +213,9 @@ def author(ctx: Ctx):
     if not result.ok:
         from sweep.harbor.pr_bundle import PERMANENT_REFUSALS
         if result.reason in PERMANENT_REFUSALS:     # the PR itself cannot become a task: retrying cannot help
-            raise Ending(Outcome.blocked, "construction_failed", result.evidence or result.reason)
+            raise Ending(Outcome.blocked, EndReason.construction_failed, result.evidence or result.reason)
         raise AttemptFailed(f"author session {result.status}: {result.reason or ''} {result.evidence[:300]}")
+    _end_if_secret_in_bundle(ctx, workspace / "task", revision, install=True)
     problems = validate_bundle(workspace / "task")
     if problems:
         return _repair_or_end(ctx, "author", [f"bundle invalid: {p}" for p in problems[:10]],
@@ -179,7 +225,7 @@ def author(ctx: Ctx):
     if failed_before:
         # a repair that changes nothing cannot pass: re-running the gates would only re-roll a
         # flaky test until it passes by chance, which is exactly what the gates must not allow
-        raise Ending(Outcome.generated_unverified, "gates_failed",
+        raise Ending(Outcome.generated_unverified, EndReason.gates_failed,
                      f"the author produced bundle {new_sha[:12]} again, which already failed the gates "
                      f"({failed_before})")
     _install_bundle(ctx, workspace / "task")
@@ -188,11 +234,14 @@ def author(ctx: Ctx):
 
 def _failed_gates_for(ctx: Ctx, sha: str) -> str | None:
     import orjson
+    since = ctx.record.checkpoints.get("retry", {}).get("after_revision", 0)
     for path in sorted((ctx.rdir / "evidence").glob("gates-r*.json")):
         try:
             ev = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
             continue
+        if (ev.get("revision") or 0) <= since:
+            continue    # judged before `sweep retry`: the operator asked for a fresh look
         if ev.get("bundle_sha256") == sha and ev.get("passed") is False:
             failed = [name for name, g in ev.get("gates", {}).items() if not g.get("ok")]
             return f"revision {ev.get('revision')}: {', '.join(failed)} failed"
@@ -204,15 +253,13 @@ PROMPT_DIFF_LIMIT = 200_000     # characters of the PR's diff in the author's pr
 
 def _pr_diff(src: dict) -> str:
     """The PR's diff (base..head) as text for the prompt, cut at PROMPT_DIFF_LIMIT; "" if git fails."""
+    from sweep.git import GitFailed, run_git
     try:
-        done = subprocess.run(["git", "-C", src["repo"], "diff", "--no-ext-diff", "--no-textconv", "--no-color",
-                               "--no-renames", src["base"], src["head"], "--"],
-                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+        out = run_git(["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames", src["base"],
+                       src["head"], "--"], repo=src["repo"], timeout=120)
+    except GitFailed:
         return ""
-    if done.returncode != 0:
-        return ""
-    text = done.stdout.decode("utf-8", errors="replace")
+    text = out.decode("utf-8", errors="replace")
     if len(text) > PROMPT_DIFF_LIMIT:
         text = text[:PROMPT_DIFF_LIMIT] + f"\n[diff cut at {PROMPT_DIFF_LIMIT} characters]\n"
     return text
@@ -262,8 +309,8 @@ def _repair_or_end(ctx: Ctx, where: str, findings: list[str], *, no_bundle: bool
         ctx.save(checkpoints=checkpoints)
         return Phase.author, {"repair": repairs + 1, "after": where}
     if no_bundle:
-        raise Ending(Outcome.blocked, "construction_failed", f"{where}: " + "; ".join(findings)[:500])
-    raise Ending(Outcome.generated_unverified, f"{where}_failed", "; ".join(findings)[:500])
+        raise Ending(Outcome.blocked, EndReason.construction_failed, f"{where}: " + "; ".join(findings)[:500])
+    raise Ending(Outcome.generated_unverified, EndReason(f"{where}_failed"), "; ".join(findings)[:500])
 
 
 def gate_hash_seed(repeat: int) -> int:
@@ -356,7 +403,7 @@ def review(ctx: Ctx):
     if decision == "revise":
         return _repair_or_end(ctx, "review", findings or [verdict.get("rationale", "reviewer asked for a revision")])
     if decision == "reject":
-        raise Ending(Outcome.generated_unverified, "review_rejected",
+        raise Ending(Outcome.generated_unverified, EndReason.review_rejected,
                      "; ".join(findings)[:500] or str(verdict.get("rationale", ""))[:500])
     raise AttemptFailed(f"reviewer verdict {decision!r} is not accept/revise/reject")
 
@@ -396,7 +443,8 @@ def evaluate(ctx: Ctx):
     cps = ctx.record.checkpoints
     bundle = ctx.rdir / "task"
     if not bundle.exists():
-        raise Ending(Outcome.blocked, "construction_failed", "no task bundle was produced")
+        raise Ending(Outcome.blocked, EndReason.construction_failed, "no task bundle was produced")
+    _end_if_secret_in_bundle(ctx, bundle, cps.get("author", {}).get("revision", 0), install=False)
     sha = bundle_sha256(bundle)
     gates_ok = cps.get("gates", {}).get("passed") is True and cps["gates"].get("bundle_sha256") == sha
     review_ok = cps.get("review", {}).get("verdict") == "accept" and cps["review"].get("bundle_sha256") == sha
@@ -404,7 +452,7 @@ def evaluate(ctx: Ctx):
     if gates_ok and review_ok and solve_sha in (None, sha):
         raise Ending(Outcome.verified, None, f"gates passed and review accepted for bundle {sha[:12]}")
     missing = [name for name, ok in (("gates", gates_ok), ("review", review_ok)) if not ok]
-    raise Ending(Outcome.generated_unverified, "evidence_incomplete",
+    raise Ending(Outcome.generated_unverified, EndReason.evidence_incomplete,
                  f"{', '.join(missing)} not passed for the current bundle {sha[:12]}")
 
 

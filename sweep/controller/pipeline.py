@@ -2,86 +2,28 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from runstate.errors import SweepError
-from runstate.files import make_private_dir, write_atomic
 from runstate.lease import LeaseLost, hand_over_lease, heartbeat_lease, read_lease, release_lease
-from runstate.markers import is_draining, read_outage, stamp_outage
-from runstate.models import Event, Outcome, Phase, RunRecord, RunState, truncate
-from runstate.runs import append_event, load_record, run_dir, save_record
+from runstate.markers import is_draining, stamp_outage
+from runstate.models import EndReason, Outcome, Phase, RunRecord, RunState, truncate
+from runstate.runs import load_record, run_dir
+from sweep import proc
 from sweep.campaign import load_campaign, load_candidate
+from sweep.redact import Redactor
 from sweep.controller.budget import Budget
+from sweep.controller.context import AttemptFailed, Ctx, Ending, ExitCode, Interrupted, Park
 
 RECORD_WAIT_S = 300          # how long a job waits for the tick (or the next tick) to record it
-PHASE_ROLE = {Phase.author: "author", Phase.review: "reviewer", Phase.solve: "solver"}
 
-
-# ---- how a controller stops -------------------------------------------------------------------
-
-class Interrupted(BaseException):
-    """SIGTERM (scancel, preemption, time limit) or a lost lease: stop now, at a safe point."""
-
-
-@dataclass
-class Ending(Exception):
-    outcome: Outcome
-    reason: str | None
-    detail: str = ""
-
-
-@dataclass
-class Park(Exception):
-    role: str
-    kind: str
-    detail: str
-    also: tuple[str, ...] = ()      # more roles to stamp (a config failure stops the whole key family)
-
-
-@dataclass
-class AttemptFailed(Exception):
-    detail: str
-
-
-@dataclass
-class Ctx:
-    campaign_dir: Path
-    campaign: Any
-    rdir: Path
-    run_id: str
-    token: str
-    job_id: str
-    record: RunRecord
-    budget: Budget
-    candidate: Any
-    stop_reason: str | None = None
-    lease_lost: bool = False
-    interrupting: bool = False
-    log: Any = None
-    extra: dict = field(default_factory=dict)
-
-    def say(self, text: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {self.run_id}: {text}", file=sys.stdout, flush=True)
-
-    def event(self, kind: str, **kw) -> None:
-        append_event(self.rdir, Event(run_id=self.run_id, kind=kind, by=f"job:{self.job_id}", **kw))
-
-    def save(self, **update) -> RunRecord:
-        """Write the record, but only while it is still ours (same job, not ended by someone else)."""
-        current = load_record(self.rdir).value
-        if current is None or current.job_id != self.job_id or current.state is not RunState.active:
-            raise LeaseLost(f"state.json no longer names job {self.job_id}", path=self.rdir)
-        self.record = save_record(self.rdir, current.model_copy(update=update))
-        return self.record
+# causes that are not the run's fault: re-queued without an attempt (docs/slurm.md has the table)
+INTERRUPTION_CAUSES = ("time_limit", "preempted", "node_fail", "requeued")
 
 
 # ---- the controller's child process groups ----------------------------------------------------
@@ -89,70 +31,9 @@ class Ctx:
 CHILD_TERM_GRACE_S = 2.0     # well inside the local backend's 5 s and Slurm's KillWait (30 s)
 
 
-def _proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, ppid, pgid) of `pid` from /proc, or None if it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(")") + 2:].split()     # the command name may contain spaces and ')'
-    try:
-        return fields[0], int(fields[1]), int(fields[2])
-    except (IndexError, ValueError):
-        return None
-
-
-def _child_group_leaders(parent: int) -> list[int]:
-    own_group = os.getpgid(0)
-    leaders = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        st = _proc_stat(int(entry))
-        if st is not None and st[1] == parent and st[2] == int(entry) and st[2] != own_group:
-            leaders.append(int(entry))
-    return leaders
-
-
-def _group_running(pgid: int) -> bool:
-    """True while a live (non-zombie) process is in group `pgid`."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _proc_stat(int(entry))
-            if st is not None and st[2] == pgid and st[0] not in ("Z", "X"):
-                return True
-    return False
-
-
 def stop_child_groups(grace_s: float = CHILD_TERM_GRACE_S) -> list[int]:
-    """TERM, then KILL after `grace_s`, every process group led by a child of this process.
-
-    Sessions and trials run as children that lead their own process group (the provider starts
-    them in a new session), so a signal sent to the controller's group does not reach them. Only
-    direct children are signalled, and their group ids cannot have been recycled: a child that
-    exited stays a zombie until the provider's interrupted wait reaps it, which now never happens.
-    Returns the groups signalled (empty where /proc is unavailable).
-    """
-    try:
-        leaders = _child_group_leaders(os.getpid())
-    except OSError:
-        return []
-    for pgid in leaders:
-        _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_group_running(g) for g in leaders):
-        time.sleep(0.05)
-    for pgid in leaders:
-        if _group_running(pgid):
-            _signal_group(pgid, signal.SIGKILL)
-    return leaders
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass     # already gone
+    """TERM, then KILL, the process groups of this controller's sessions and trials (sweep.proc)."""
+    return proc.stop_child_groups(grace_s)
 
 
 # ---- lease heartbeat ----------------------------------------------------------------------------
@@ -187,23 +68,25 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
         raise SweepError("SWEEP_JOB_ID is not set: the controller runs only as a job the tick submitted",
                          hint="use `sweep tick`, not `sweep controller` by hand")
     campaign = load_campaign(campaign_dir)
+    from sweep.credentials import register_known_secrets
+    register_known_secrets(campaign.settings)      # every stored text is scrubbed of them from now on
     rdir = run_dir(campaign_dir, run_id)
     runtime_sha = check_runtime(campaign_dir)            # refuses a runtime other than the frozen one
 
     view = read_lease(rdir)
     if view is None or view.lease is None or view.lease.token != token:
         print(f"{run_id}: the lease is not this submission's (token {token}); exiting without acting")
-        return 3
+        return ExitCode.not_holder
     if view.lease.job_id is None:
         hand_over_lease(rdir, token=token, job_id=job_id)       # the tick died before handing over
     elif view.lease.job_id != job_id:
         print(f"{run_id}: the lease is held by job {view.lease.job_id}; exiting without acting")
-        return 3
+        return ExitCode.not_holder
     record = _wait_for_record(rdir, job_id, token)
     if record is None:
         release_lease(rdir, token=token)
         print(f"{run_id}: the record never named job {job_id} within {RECORD_WAIT_S}s; gave the lease back")
-        return 4
+        return ExitCode.never_recorded
 
     budget = Budget(rdir, run_id, record.allocation_usd)
     ctx = Ctx(campaign_dir, campaign, rdir, run_id, token, job_id, record, budget, load_candidate(rdir))
@@ -215,7 +98,9 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
 
     def on_term(signum, frame):
         if ctx.stop_reason is None:
-            ctx.stop_reason = "SIGTERM"
+            ctx.stop_signal = signum
+            ctx.stop_reason = ("SIGUSR1 (the time-limit warning)" if signum == signal.SIGUSR1
+                               else "SIGTERM")
         if ctx.interrupting:
             return              # a second TERM while stopping: the first one is being handled
         ctx.interrupting = True
@@ -229,6 +114,12 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
         raise Interrupted(ctx.stop_reason)
 
     signal.signal(signal.SIGTERM, on_term)
+    # --signal=B:USR1@N: Slurm's warning N s before the time limit (the job script execs this
+    # process, so the batch-shell-only signal lands here)
+    signal.signal(signal.SIGUSR1, on_term)
+    counted = _count_slurm_requeue(ctx)
+    if counted is not None:
+        return counted
     hb = Heartbeat(ctx, campaign.settings.tick.heartbeat_s)
     hb.start()
     import sweep
@@ -277,13 +168,14 @@ def _run_phases(ctx: Ctx) -> int:
             return _fail(ctx, failed.detail)
     except Interrupted:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)     # finish the checkpoint undisturbed
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         if ctx.lease_lost:
             ctx.say(f"stopping without writing: {ctx.stop_reason}")
-            return 5
-        return _fail(ctx, f"interrupted by {ctx.stop_reason} during phase {ctx.record.phase.value}")
+            return ExitCode.lease_lost
+        return _stopped_by_signal(ctx)
     except LeaseLost as exc:
         ctx.say(f"stopping without writing: {exc}")
-        return 5
+        return ExitCode.lease_lost
 
 
 def _release(ctx: Ctx) -> None:
@@ -303,35 +195,139 @@ def _end(ctx: Ctx, end: Ending) -> int:
               + (f" — {end.detail}" if end.detail else ""))
     _release(ctx)
     ctx.say(f"ended {end.outcome.value}" + (f" ({end.reason})" if end.reason else ""))
-    return 0
+    return ExitCode.ok
 
 
 def _park(ctx: Ctx, park: Park) -> int:
+    park.detail = Redactor().scrub(park.detail)     # the outage stamp is read by every tick and status
     stamp = stamp_outage(ctx.campaign_dir, park.role, park.kind, park.detail, stamped_by=f"job:{ctx.job_id}")
     for other in park.also:
         if other != park.role:
             stamp_outage(ctx.campaign_dir, other, park.kind, f"(via {park.role}) {park.detail}",
                          stamped_by=f"job:{ctx.job_id}")
+    # Parks are free, but not forever: the Nth park of this run for the same role counts an
+    # attempt, so a run that trips the same failure every time cannot stall a role indefinitely.
+    parks = dict(ctx.record.checkpoints.get("parks") or {})
+    count = int(parks.get(park.role, 0)) + 1
+    limit = getattr(ctx.campaign.settings, "parks_per_attempt", 3)
+    parks[park.role] = 0 if count >= limit else count
+    ctx.save(checkpoints={**ctx.record.checkpoints, "parks": parks})
+    if count >= limit:
+        return _fail(ctx, f"parked {count} times for role {park.role} (parks_per_attempt = {limit}); "
+                          f"counted as an attempt: {park.kind}: {park.detail}")
     ctx.save(state=RunState.queued, parked_until=stamp.until, parked_role=park.role, canary_for=None,
              last_error=truncate(f"{park.kind} in role {park.role}: {park.detail}", 500))
     ctx.event("parked", from_state="active", to_state="queued", phase=ctx.record.phase.value,
               detail=f"{park.kind} in {park.role}; cooldown until {stamp.until:.0f}: {park.detail}")
     _release(ctx)
     ctx.say(f"parked: {park.kind} in role {park.role}; not counted as an attempt")
-    return 0
+    return ExitCode.ok
 
 
 def _fail(ctx: Ctx, detail: str) -> int:
     rec = ctx.record
     attempts = rec.attempts + 1
     if attempts >= rec.max_attempts:
-        return _end(ctx, Ending(Outcome.blocked, "max_attempted", detail))
+        return _end(ctx, Ending(Outcome.blocked, EndReason.max_attempted, detail))
     ctx.save(state=RunState.queued, attempts=attempts, canary_for=None, last_error=truncate(detail, 500))
     ctx.event("attempt_failed", from_state="active", to_state="queued", phase=rec.phase.value,
               detail=f"attempt {attempts}/{rec.max_attempts}: {detail}")
     _release(ctx)
     ctx.say(f"attempt failed ({attempts}/{rec.max_attempts}): {detail}")
-    return 0
+    return ExitCode.ok
+
+
+def _restart_count() -> int:
+    try:
+        return max(0, int(os.environ.get("SLURM_RESTART_COUNT", "0")))
+    except ValueError:
+        return ExitCode.ok
+
+
+def establish_stop_cause(ctx: Ctx):
+    """Why the scheduler is stopping this job, as far as one bounded question can tell.
+
+    SIGUSR1 is the time-limit warning (sweep asks for nothing else with it). For SIGTERM under
+    Slurm: ONE `scontrol show job $SLURM_JOB_ID` (bounded, see sweep/scheduler/slurm/accounting.py).
+    Elsewhere (the local backend's cancel) a SIGTERM is a cancel. On a lane marked `preemptible`
+    an unanswered scontrol counts as a preemption; otherwise an unknown cause is an attempt.
+    """
+    from sweep.scheduler.slurm.accounting import StopCause, stop_cause
+    if ctx.stop_signal == signal.SIGUSR1:
+        return StopCause("time_limit", "SIGUSR1: the time-limit warning (--signal=B:USR1)")
+    slurm_job = os.environ.get("SLURM_JOB_ID")
+    if not slurm_job:
+        return StopCause("cancelled", "SIGTERM outside Slurm (a cancel)")
+    cause = stop_cause(slurm_job, _restart_count())
+    if cause.cause == "unknown":
+        _, lane = ctx.campaign.settings.scheduler.lanes.for_gpus(ctx.record.gpus)
+        if lane.preemptible:
+            return StopCause("preempted", f"{cause.detail}; taken as a preemption on a preemptible lane")
+    return cause
+
+
+def _stopped_by_signal(ctx: Ctx) -> int:
+    """The checkpoint after SIGTERM/SIGUSR1: an interruption (no attempt) or an attempt."""
+    cause = establish_stop_cause(ctx)
+    phase = ctx.record.phase.value
+    ctx.say(f"stopped by {ctx.stop_reason}: {cause.cause} ({cause.detail})")
+    if cause.requeued:
+        # Slurm reruns this same job id: keep the run active and the lease held for it, and leave
+        # the cause for the rerun (or for the tick, should the requeued job vanish instead)
+        ctx.save(pending_interruption={"job_id": ctx.job_id, "cause": cause.cause,
+                                       "detail": cause.detail, "at": time.time()})
+        ctx.event("interrupted", from_state="active", to_state="active", phase=phase,
+                  detail=f"{cause.cause}: {cause.detail}; the run waits for its requeued job {ctx.job_id}")
+        return ExitCode.ok
+    if cause.cause in INTERRUPTION_CAUSES:
+        return _interrupt(ctx, cause.cause, f"{ctx.stop_reason} during phase {phase}: {cause.detail}")
+    return _fail(ctx, f"interrupted by {ctx.stop_reason} during phase {phase} ({cause.detail})")
+
+
+def _interrupt(ctx: Ctx, cause: str, detail: str) -> int:
+    """Back to queued at the same phase without spending an attempt, or max_interrupted."""
+    rec = ctx.record
+    counted = rec.interrupted(cause)
+    if counted["interruptions"] >= rec.max_interruptions:
+        ctx.save(**counted)
+        return _end(ctx, Ending(Outcome.blocked, EndReason.max_interrupted,
+                                f"{cause}: {detail} (interruption {counted['interruptions']} of "
+                                f"{rec.max_interruptions})"))
+    ctx.save(state=RunState.queued, canary_for=None, last_error=truncate(f"{cause}: {detail}", 500), **counted)
+    ctx.event("interrupted", from_state="active", to_state="queued", phase=rec.phase.value,
+              detail=f"{cause}: {detail}; not counted as an attempt; interruptions "
+                     f"{counted['interruptions']}/{rec.max_interruptions}")
+    _release(ctx)
+    ctx.say(f"interrupted ({cause}); not counted as an attempt "
+            f"({counted['interruptions']}/{rec.max_interruptions})")
+    return ExitCode.ok
+
+
+def _count_slurm_requeue(ctx: Ctx) -> int | None:
+    """A job Slurm requeued itself (SLURM_RESTART_COUNT above what the record counted) is an
+    interruption of the run: count each restart once, with the cause its controller recorded
+    when it was stopped (or `requeued` if it died without a word, e.g. its node failed).
+    Returns an exit code when that ends the run (max_interrupted), else None."""
+    restarts = _restart_count()
+    rec = ctx.record
+    if restarts <= rec.slurm_restarts:
+        return None
+    pending = rec.pending_interruption or {}
+    cause = str(pending.get("cause") or "requeued") if pending.get("job_id") == ctx.job_id else "requeued"
+    new = rec.interrupted(cause)
+    extra = restarts - rec.slurm_restarts - 1        # restarts nobody recorded (killed outright)
+    if extra:
+        new["interruptions"] += extra
+        new["interrupted_by"]["requeued"] = new["interrupted_by"].get("requeued", 0) + extra
+    detail = f"Slurm requeued job {ctx.job_id} (SLURM_RESTART_COUNT={restarts}; {cause})"
+    ctx.save(slurm_restarts=restarts, **new)
+    ctx.event("interrupted", from_state="active", to_state="active", phase=rec.phase.value,
+              detail=f"{detail}; not counted as an attempt; interruptions "
+                     f"{new['interruptions']}/{rec.max_interruptions}")
+    if new["interruptions"] >= rec.max_interruptions:
+        return _end(ctx, Ending(Outcome.blocked, EndReason.max_interrupted,
+                                f"{detail} (interruption {new['interruptions']} of {rec.max_interruptions})"))
+    return None
 
 
 def _stop_at_checkpoint(ctx: Ctx, why: str) -> int:
@@ -339,25 +335,4 @@ def _stop_at_checkpoint(ctx: Ctx, why: str) -> int:
     ctx.event("stopped", from_state="active", to_state="queued", phase=ctx.record.phase.value, detail=why)
     _release(ctx)
     ctx.say(f"stopped at checkpoint before phase {ctx.record.phase.value}: {why}")
-    return 0
-
-
-def clear_cooldown_after_success(ctx: Ctx, role: str) -> None:
-    """A successful session of a role whose cooldown has passed ends the canary period."""
-    stamp = read_outage(ctx.campaign_dir, role)
-    if stamp.value is not None and not stamp.value.is_active(time.time()):
-        try:
-            stamp.path.unlink()
-            ctx.event("cooldown_cleared", detail=f"{role}: a session succeeded after the cooldown")
-        except FileNotFoundError:
-            pass
-
-
-def fresh_dir(path: Path) -> Path:
-    if path.exists():
-        shutil.rmtree(path)
-    return make_private_dir(path)
-
-
-def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    return ExitCode.ok

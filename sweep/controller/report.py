@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 
 from runstate.files import write_atomic
+from sweep import textsafe
+from sweep.redact import Redactor
 
 
 def write_report(ctx, rec, detail: str) -> None:
@@ -28,7 +30,13 @@ def write_report(ctx, rec, detail: str) -> None:
     lines += ["", "## Spend", f"- committed {rec.spent_usd:.4f} USD of allocation "
               f"{'unlimited' if rec.allocation_usd is None else f'{rec.allocation_usd:.2f} USD'}",
               "", f"Attempts: {rec.attempts + 1} of at most {rec.max_attempts}. "
+              f"Interruptions (preemption, time limit, node failure; not attempts): {rec.interruptions}"
+              + (f" ({', '.join(f'{c} {n}' for c, n in sorted(rec.interrupted_by.items()))})"
+                 if rec.interrupted_by else "") + ". "
               f"Written {time.strftime('%Y-%m-%d %H:%M:%S')} by job {rec.job_id}.", "",
               "Evidence files: `evidence/`; task bundle: `task/`; earlier revisions: `revisions/`; "
               "sessions: `sessions/`.", ""]
-    write_atomic(ctx.rdir / "report.md", "\n".join(lines).encode())
+    # the detail and summaries carry text from the PR, tests and agents: no control character and
+    # no secret reaches a file an operator will `cat`
+    redactor = Redactor()
+    write_atomic(ctx.rdir / "report.md", "\n".join(textsafe.line(redactor.scrub(text)) for text in lines).encode())

@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 
 from sweep.harbor import layout
-from sweep.providers.audit import walk_tree
+from sweep.tree import file_sha256, walk_tree
 
 MAX_PROBLEMS = 50
 
@@ -118,11 +118,7 @@ def bundle_sha256(bundle_dir: str | Path) -> str:
     outer = hashlib.sha256()
     for rel, st in walk_tree(root):
         if stat.S_ISREG(st.st_mode):
-            inner = hashlib.sha256()
-            with open(root / rel, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    inner.update(chunk)
-            outer.update(b"F\0" + rel.encode() + b"\0" + inner.hexdigest().encode() + b"\n")
+            outer.update(b"F\0" + rel.encode() + b"\0" + file_sha256(root / rel).encode() + b"\n")
         elif stat.S_ISLNK(st.st_mode):
             outer.update(b"L\0" + rel.encode() + b"\0" + os.readlink(root / rel).encode() + b"\n")
     return outer.hexdigest()

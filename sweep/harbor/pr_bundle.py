@@ -16,11 +16,10 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sweep.git import GitFailed, export_tree, run_git
 from sweep.harbor import junit, layout, scripts
 
 _SHA_RE = re.compile(r"^[0-9a-fA-F]{7,64}$")
@@ -56,16 +55,10 @@ class BundleReport:
 
 def _git(repo: Path, *args: str, binary: bool = False) -> bytes:
     # Literal pathspecs: a file named ':(glob)**' is a file name, not pathspec magic.
-    argv = ["git", "--literal-pathspecs", "-C", str(repo), *args]
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        raise AuthorRefusal("git_failed", f"git {args[0]} timed out") from None
-    if done.returncode != 0:
-        err = done.stderr.decode(errors="replace").strip().splitlines()
-        raise AuthorRefusal("git_failed", f"git {args[0]} failed: {err[-1] if err else 'exit ' + str(done.returncode)}")
-    return done.stdout
+        return run_git(["--literal-pathspecs", *args], repo=repo, timeout=GIT_TIMEOUT_S)
+    except GitFailed as exc:
+        raise AuthorRefusal("git_failed", exc.message) from None
 
 
 def _check_source(source: dict) -> tuple[Path, str, str, str, str, list[str]]:
@@ -115,27 +108,11 @@ def _changed_paths(repo: Path, base: str, head: str) -> list[tuple[str, str]]:
 
 
 def _extract_tree(repo: Path, commit: str, dest: Path) -> None:
-    """`git archive COMMIT` unpacked into dest, streamed (a large repository never sits in memory)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    argv = ["git", "-C", str(repo), "archive", "--format=tar", commit]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    """`git archive COMMIT` unpacked into dest (sweep.git.export_tree: the tarfile data filter)."""
     try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            # The data filter refuses absolute names, `..`, links out of dest and device files.
-            tar.extractall(dest, filter="data")
-    except tarfile.FilterError as exc:
-        proc.kill()
-        raise AuthorRefusal("unsafe_path", f"the repository has an entry unsafe to unpack: {exc}") from None
-    except tarfile.TarError as exc:
-        proc.kill()
-        raise AuthorRefusal("git_failed", f"git archive produced no readable tree: {exc}") from None
-    finally:
-        proc.stdout.close()
-        err = proc.stderr.read().decode(errors="replace").strip()
-        proc.stderr.close()
-        rc = proc.wait(timeout=GIT_TIMEOUT_S)
-    if rc != 0:
-        raise AuthorRefusal("git_failed", f"git archive failed: {err.splitlines()[-1] if err else 'exit ' + str(rc)}")
+        export_tree(repo, commit, dest, timeout=GIT_TIMEOUT_S)
+    except GitFailed as exc:
+        raise AuthorRefusal("unsafe_path" if exc.unsafe else "git_failed", exc.message) from None
 
 
 def _write(path: Path, data: str | bytes, mode: int = 0o644) -> None:

@@ -21,9 +21,9 @@ Commits have fixed dates and authors, so the same kind always gets the same shas
 """
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
+
+from sweep.git import run_git
 
 TEST_COMMAND = "python3 -m unittest -q"
 _GIT_ENV = {
@@ -133,12 +133,10 @@ class ClampAboveTest(unittest.TestCase):
 '''
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, **_GIT_ENV}
-    done = subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null",
-                           "-C", str(repo), *args], env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, check=True)
-    return done.stdout.strip()
+def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    out = run_git(["-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", *args], repo=repo,
+                  env={**_GIT_ENV, **(env or {})})
+    return out.decode().strip()
 
 
 def _commit(repo: Path, files: dict[str, str], message: str, when: str) -> str:
@@ -147,11 +145,7 @@ def _commit(repo: Path, files: dict[str, str], message: str, when: str) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     _git(repo, "add", "-A")
-    env_date = {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
-    env = {**os.environ, **_GIT_ENV, **env_date}
-    subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "-C", str(repo),
-                    "commit", "-q", "-m", message], env=env, stdin=subprocess.DEVNULL,
-                   capture_output=True, text=True, check=True)
+    _git(repo, "commit", "-q", "-m", message, env={"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when})
     return _git(repo, "rev-parse", "HEAD")
 
 

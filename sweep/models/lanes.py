@@ -36,7 +36,9 @@ _RESERVED_OPTIONS = {
     "--wrap": "the controller argv is passed as script arguments",
     "--array": "one controller job per run",
     "--open-mode": "controller logs are appended across attempts",
-    "--signal": "set [scheduler] signal instead",
+    "--signal": "set the lane's warn_before_end_s (or [scheduler] signal) instead",
+    "--requeue": "set the lane's requeue = \"slurm\" instead",
+    "--no-requeue": "set the lane's requeue = \"tick\" instead (the default)",
     "--partition": "set the lane's partition instead",
     "--time": "set the lane's time instead",
 }
@@ -79,6 +81,17 @@ class LaneSettings(BaseModel):
     cpus: int | None = Field(default=None, ge=1, le=4096)   # --cpus-per-task
     constraint: str | None = None     # --constraint, e.g. "a100&ib"
     extra_args: list[str] = Field(default_factory=list)    # more sbatch options, "--opt" or "--opt=value"
+    # Preemption and the time limit (docs/slurm.md, "Preemption, time limits and node failures"):
+    # seconds before the time limit Slurm sends the controller SIGUSR1, so it checkpoints and the
+    # run is re-queued without spending an attempt (None = [scheduler] signal, "B:USR1@120")
+    warn_before_end_s: int | None = Field(default=None, ge=10, le=7 * 86400)
+    # who reruns a controller that was preempted or lost its node: "tick" (--no-requeue: the job
+    # ends and the next tick submits a new one) or "slurm" (--requeue: Slurm requeues the same job
+    # id, which keeps its place in the queue and resumes the run under the same lease)
+    requeue: Literal["tick", "slurm"] = "tick"
+    # the site may preempt jobs of this lane (a scavenger partition or QOS): a SIGTERM whose cause
+    # the controller cannot establish (scontrol unanswered) then counts as a preemption, not an attempt
+    preemptible: bool = False
 
     _extra_reserved: ClassVar[dict[str, str]] = {}
 
@@ -153,6 +166,13 @@ class LaneSettings(BaseModel):
         opts.extend(self.extra_args)
         return opts
 
+    def job_signal(self, default: str) -> str:
+        """The --signal value for this lane's jobs: the lane's warning, else the scheduler's."""
+        return default if self.warn_before_end_s is None else f"B:USR1@{self.warn_before_end_s}"
+
+    def requeue_option(self) -> str:
+        return "--requeue" if self.requeue == "slurm" else "--no-requeue"
+
     def gpu_options(self, gpus: int) -> list[str]:
         if gpus > 0:
             raise ValueError("this lane cannot request GPUs; GPU runs go to the gpu lane")
@@ -215,11 +235,17 @@ class SchedulerSettings(BaseModel):
     local: LocalSettings = Field(default_factory=LocalSettings)
     call_timeout_seconds: float = Field(default=20.0, gt=0, le=600)   # every sbatch/squeue/scancel
     squeue_user: Literal["me", "user"] = "me"    # --me, or -u $USER where --me is refused
-    signal: str = "B:TERM@120"                   # --signal: the controller checkpoints on TERM
+    # --signal: SIGUSR1 to the batch shell (the controller itself: the job script execs it) 120 s
+    # before the time limit; the controller checkpoints and the run is re-queued without an attempt
+    signal: str = "B:USR1@120"
+    # how the tick learns why a controller job vanished (ONE call per tick, only when one did):
+    # "sacct" (slurmdbd), "jobcomp" (`sacct -c`: JobCompType=jobcomp/filetxt, no slurmdbd needed),
+    # "none" (no call: a vanished job counts as an attempt). See docs/slurm.md.
+    accounting: Literal["sacct", "jobcomp", "none"] = "sacct"
 
     @field_validator("signal")
     @classmethod
     def _check_signal(cls, value: str) -> str:
         if not _SIGNAL_RE.fullmatch(value):
-            raise ValueError(f"{value!r} is not a valid --signal value: use e.g. 'B:TERM@120'")
+            raise ValueError(f"{value!r} is not a valid --signal value: use e.g. 'B:USR1@120'")
         return value

@@ -11,12 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from runstate.models import RUN_ID_RE
+from runstate.models import PIPELINE_ROLES, RUN_ID_RE
 from sweep.models.lanes import SchedulerSettings
 
 GITHUB_PR_RE = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/pull/(\d+)/?$")
 GIT_REF_RE = re.compile(r"^[A-Za-z0-9._/@^~+-]{1,200}$")
-ROLES = ("author", "reviewer", "solver")
 
 
 class Strict(BaseModel):
@@ -69,9 +68,9 @@ class CandidateOptions(Strict):
     @classmethod
     def _check_runtime_options(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for role in v:
-            if role not in ROLES:
+            if role not in PIPELINE_ROLES:
                 raise ValueError(f"runtime_options has an entry for {role!r}, which is not a role "
-                                 f"(roles: {', '.join(ROLES)})")
+                                 f"(roles: {', '.join(PIPELINE_ROLES)})")
         return v
 
     def merged_over(self, base: "CandidateOptions", explicitly_set: set[str]) -> "CandidateOptions":
@@ -148,6 +147,31 @@ class Candidate(Strict):
         return f"{self.repo}@{self.base}..{self.head}"
 
 
+SECRET_FAMILIES = ("anthropic", "openai", "github")     # the RoleSpec key families, and intake's GitHub
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class SecretSource(Strict):
+    """Where one key family's secret comes from: `file` (0600, yours) or `env` (a variable name of
+    the controller's environment); `variable` is the name the session sees it under. See
+    sweep/credentials.py. Only the reference is stored, never the value."""
+
+    file: str | None = None
+    env: str | None = None
+    variable: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "SecretSource":
+        if (self.file is None) == (self.env is None):
+            raise ValueError("give exactly one of file (a path to a 0600 file) or env (a variable name)")
+        if self.file is not None and not self.file.strip():
+            raise ValueError("file is empty")
+        for name in (self.env, self.variable):
+            if name is not None and not _ENV_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return self
+
+
 class TickSettings(Strict):
     interval_minutes: int = Field(default=1, ge=1, le=59)
     lease_ttl_s: float = Field(default=1800, ge=30)       # liveness unknown -> stale after this
@@ -155,6 +179,12 @@ class TickSettings(Strict):
     max_runtime_s: float = Field(default=300, ge=10)      # a tick kills itself past this (frees the lock)
     controller_command: list[str] | None = None           # default: the frozen runtime's controller
     heartbeat_s: float = Field(default=60, ge=1)
+    # an sbatch that got no answer may still have queued its job: its lease (and token) are kept
+    # this long, while each tick looks for the token in the queue, before it counts as not submitted
+    uncertain_submit_s: float = Field(default=600, ge=0)
+    ghost_grace_s: float = Field(default=120, ge=0)       # an unrecognised job of ours lives this long before scancel
+    lane_backoff_s: float = Field(default=30, ge=0)       # first back-off of a lane whose sbatch was refused
+    lane_backoff_max_s: float = Field(default=1800, ge=0)  # the back-off doubles per refusal up to this
 
 
 class ScrontabSettings(Strict):
@@ -208,6 +238,12 @@ class PlanSettings(Strict):
     max_gpu_parallel: int = Field(default=2, ge=0, le=100_000)
     max_spend_usd: float | None = Field(default=None, ge=0)
     max_attempts: int = Field(default=3, ge=1, le=100)
+    # A run parked this many times for the same role (outage, throttle, config) counts an attempt,
+    # so no run can hold a role's queue forever on parks alone (e.g. a PR that makes the CLI fail
+    # the same way every time).
+    parks_per_attempt: int = Field(default=3, ge=1, le=100)
+    # preemptions, time limits and node failures re-queue a run without an attempt, up to this many
+    max_interruptions: int = Field(default=10, ge=1, le=10_000)
     prior_verified: list[str] = Field(default_factory=list)
     defaults: CandidateOptions = Field(default_factory=CandidateOptions)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
@@ -224,6 +260,23 @@ class PlanSettings(Strict):
         if v == "auto":
             raise ValueError("isolation 'auto' was removed (it fell back to running unsandboxed): use "
                              "\"bwrap\" (required sandbox, the default) or \"none\" (knowingly unsandboxed)")
+        return v
+
+    secrets: dict[str, SecretSource] = Field(default_factory=dict)
+
+    @field_validator("secrets")
+    @classmethod
+    def _check_secrets(cls, v: dict[str, SecretSource]) -> dict[str, SecretSource]:
+        from roles.spec import KEY_FAMILY_ENV
+        for family, source in v.items():
+            if family not in SECRET_FAMILIES:
+                raise ValueError(f"secrets has an entry for {family!r}, which is not a key family "
+                                 f"(families: {', '.join(SECRET_FAMILIES)})")
+            if source.variable is not None:
+                allowed = [n for n in KEY_FAMILY_ENV.get(family, ()) if not n.endswith("_BASE_URL")]
+                if source.variable not in allowed:
+                    raise ValueError(f"secrets.{family}.variable must be one of {allowed or 'nothing'} "
+                                     f"(got {source.variable!r})")
         return v
 
     @field_validator("name")

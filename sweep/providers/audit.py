@@ -24,6 +24,7 @@ from typing import Callable
 
 from roles.scope import scope_could_contain, scope_matches
 from runstate.errors import SweepError
+from sweep.tree import walk_tree
 
 CHUNK = 1 << 20
 
@@ -168,29 +169,6 @@ def _state(path: Path, st: os.stat_result, copy_to: Path | None) -> PathState:
     if stat.S_ISREG(st.st_mode):
         return PathState("file", st.st_size, mode, st.st_mtime_ns, _hash_file(path, copy_to))
     return PathState("other", 0, mode, st.st_mtime_ns, "")
-
-
-def walk_tree(root: Path):
-    """(relative posix path, lstat) for every entry under `root` (root excluded), sorted, links not
-    followed; directories come before what they hold. Entries that vanish meanwhile are skipped."""
-    root = Path(root)
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
-        abs_dir = root / rel_dir if rel_dir else root
-        try:
-            names = sorted(os.listdir(abs_dir))
-        except OSError:
-            continue
-        for name in names:
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            try:
-                st = os.lstat(abs_dir / name)
-            except OSError:
-                continue
-            yield rel, st
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(rel)
 
 
 def snapshot(root: Path, *, copy_to: Path | None = None,

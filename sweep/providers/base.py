@@ -33,6 +33,12 @@ DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
+class FromEnv:
+    """A secret read at launch from the caller's environment variable `name` (never stored)."""
+    name: str
+
+
+@dataclass(frozen=True)
 class ExecSpec:
     argv: list[str]                       # never a shell string
     cwd: Path
@@ -44,7 +50,7 @@ class ExecSpec:
     endpoints: tuple[str, ...] = ()       # network "api": HOST:PORT or NAME:PORT=HOST:PORT reachable
     env: dict[str, str] = field(default_factory=dict)         # non-secret variables to set
     env_passthrough: tuple[str, ...] = ()  # names copied from the caller's environment when set
-    secret_env: dict[str, Path] = field(default_factory=dict)  # name -> file, read at launch
+    secret_env: dict[str, Path | FromEnv] = field(default_factory=dict)  # name -> file or FromEnv, read at launch
     stdout_path: Path | None = None       # transcript files, created 0600, secrets redacted
     stderr_path: Path | None = None
     pass_fds: tuple[int, ...] = ()        # open descriptors the child inherits (output channel)

@@ -25,6 +25,7 @@ RUNTIMES: dict[str, str] = {
     "nop": "sweep.runtimes.nop:NopRuntime",
     "command": "sweep.runtimes.command:CommandRuntime",
     "claude-code": "sweep.runtimes.claude_code:ClaudeCodeRuntime",
+    "codex": "sweep.runtimes.codex:CodexRuntime",
 }
 
 

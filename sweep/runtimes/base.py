@@ -34,7 +34,7 @@ class SessionRequest:
     session_dir: Path                     # run_dir/sessions/NNNN-<role>/ (outside the workspace)
     prompt: str                           # the text given to the agent
     inputs: dict                          # role inputs, JSON-able (see docs/roles.md)
-    secrets: dict[str, Path] = field(default_factory=dict)   # env var -> secret file, child env only
+    secrets: dict[str, Any] = field(default_factory=dict)    # env var -> secret file or FromEnv, child env only
     limits: Any = None                    # sweep.providers.base.Limits; None = the provider's defaults
 
 
@@ -69,6 +69,7 @@ class RuntimeCapabilities:
     cost_cap: bool                        # can stop the agent at budget.cost_cap_usd
     needs_network: bool                   # the session must reach a model API
     roles: frozenset[str] | None = None   # role names it knows how to play; None = any
+    uses_credentials: bool = True         # False: no secret and no key-family variable reaches it
 
 
 @dataclass(frozen=True)

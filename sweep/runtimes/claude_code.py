@@ -223,6 +223,7 @@ class ClaudeStream:
     result: dict | None = None
     bad_lines: int = 0
     events: int = 0
+    last_type: str | None = None
 
     def feed_line(self, raw: bytes | str) -> None:
         line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
@@ -239,6 +240,7 @@ class ClaudeStream:
             return
         self.events += 1
         kind, subtype = event.get("type"), event.get("subtype")
+        self.last_type = f"{kind}/{subtype}" if subtype else str(kind)
         if kind == "system" and subtype == "init":
             self.session_id = _str(event.get("session_id")) or self.session_id
             self.model = _str(event.get("model"))
@@ -341,7 +343,11 @@ def classify_stream(stream: ClaudeStream, outcome) -> Parsed:
         return Parsed(ok=False, failure_class="failure", reason="stopped", evidence=str(stopped), **common)
     if r is None:
         if getattr(outcome, "timed_out", False):
-            return Parsed(ok=False, failure_class="failure", reason="walltime", evidence="killed at the walltime", **common)
+            # killed while the CLI was retrying the API (its last event an api_retry): the API is
+            # the cause; killed anywhere else: the session simply ran out of time
+            cls = _class_from_signs(stream) if stream.last_type == "system/api_retry" else None
+            return Parsed(ok=False, failure_class=cls or "failure", reason="walltime",
+                          evidence=f"killed at the walltime ({_last_signs(stream)})", **common)
         if stream.events == 0:
             err = (getattr(outcome, "stderr_tail", "") or "").strip().splitlines()
             return Parsed(ok=False, failure_class="config", reason="cli_failed",

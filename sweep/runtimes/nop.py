@@ -16,7 +16,8 @@ class NopRuntime:
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         # Doing nothing honours every restriction: no tools used, no turns, no cost, no network.
         return RuntimeCapabilities(restricts_tools=True, structured_output=True, max_turns=True,
-                                   cost_cap=True, needs_network=False)
+                                   cost_cap=True, needs_network=False,
+                                   uses_credentials=False)
 
     def check_options(self, options: dict) -> None:
         if options:

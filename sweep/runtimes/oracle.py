@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 from runstate.errors import ConfigError
+from runstate.models import PIPELINE_ROLES
 from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
 
-ORACLE_ROLES = frozenset({"author", "reviewer", "solver"})
+ORACLE_ROLES = frozenset(PIPELINE_ROLES)
 # The directory holding the `sweep`, `roles` and `runstate` packages, for the child's PYTHONPATH.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +30,8 @@ class OracleRuntime:
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         # Deterministic code: it uses no agent tools, takes no turns, costs nothing, needs no network.
         return RuntimeCapabilities(restricts_tools=True, structured_output=True, max_turns=True,
-                                   cost_cap=True, needs_network=False, roles=ORACLE_ROLES)
+                                   cost_cap=True, needs_network=False, roles=ORACLE_ROLES,
+                                   uses_credentials=False)
 
     def check_options(self, options: dict) -> None:
         if options:

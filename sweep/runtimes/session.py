@@ -31,12 +31,16 @@ from roles.manifests import manifest_sha256
 from runstate.errors import ConfigError
 from runstate.files import make_private_dir, write_atomic
 from sweep.providers import audit
-from sweep.providers.base import DEFAULT_LIMITS, ExecResult, ExecSpec
+from sweep.providers.base import DEFAULT_LIMITS, ExecResult, ExecSpec, FromEnv
 from sweep.providers.local import read_secret
+from sweep.redact import Redactor
 from sweep.runtimes.base import Parsed, SessionFiles, SessionRequest, SessionResult, sane_cost, sane_turns
+from sweep.credentials import passthrough_for
 from sweep.runtimes.classify import classify_text
 
 EVIDENCE_LIMIT = 500
+# Runtimes whose failures are classified from their CLI's structured protocol only (never text).
+PROTOCOL_CLASSIFIED = frozenset({"claude-code", "codex"})
 MAX_LISTED_PATHS = 1000
 
 
@@ -45,10 +49,8 @@ def _is_within(path: Path, root: Path) -> bool:
 
 
 def _scrub(text: str, secrets: list[str]) -> str:
-    for value in sorted(secrets, key=len, reverse=True):
-        if len(value) >= 4:
-            text = text.replace(value, "[REDACTED]")
-    return text
+    # every spelling (base64, hex, split across lines) of the session's and the process's secrets
+    return Redactor(secrets).scrub(text)
 
 
 def _short(text: str, secrets: list[str]) -> str:
@@ -67,6 +69,8 @@ def _preflight(req: SessionRequest) -> tuple[Path, Path, list[str]]:
     options = req.runtime_options or {}
     runtime.check_options(options)
     check_runtime_supports(req.role, req.runtime, options)
+    if not runtime.capabilities(options).uses_credentials:
+        req.secrets = {}      # oracle and nop talk to no model API: they get no secret at all
     role = req.role
     if role.source_path and Path(role.source_path).is_file():
         actual = manifest_sha256(role.source_path)
@@ -87,7 +91,7 @@ def _preflight(req: SessionRequest) -> tuple[Path, Path, list[str]]:
             raise ConfigError(f"secret {name} is not in the {role.key_family!r} key family of role "
                               f"{role.name!r} (allowed: {', '.join(role.env_allowlist) or 'none'})",
                               path=role.source_path, field="key_family")
-        secrets.append(read_secret(name, Path(path)))   # fails now, not after a snapshot
+        secrets.append(read_secret(name, path if isinstance(path, FromEnv) else Path(path)))   # fails now
     try:
         json.dumps(req.inputs)
     except (TypeError, ValueError) as exc:
@@ -103,16 +107,23 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     started = time.monotonic()
     workspace, session_dir, secrets = _preflight(req)
     runtime = get_runtime(req.runtime)
+    credentials = runtime.capabilities(req.runtime_options or {}).uses_credentials
     role = req.role
     scope = list(role.scope)
 
     make_private_dir(session_dir)
     files = SessionFiles(session_dir)
-    write_atomic(files.prompt, req.prompt.encode())
+    redactor = Redactor(secrets)
+    # the prompt and inputs carry text from the PR and from earlier roles: no secret is handed on
+    write_atomic(files.prompt, redactor.scrub(req.prompt).encode())
     write_atomic(files.instructions, role.instructions.encode())
     if role.output_schema is not None:
         write_atomic(files.output_schema, _dump(role.output_schema))
-    write_atomic(files.inputs, _dump(req.inputs))
+    write_atomic(files.inputs, _dump(redactor.scrub_obj(req.inputs)))
+    if credentials:
+        passthrough = passthrough_for(role.env_allowlist, bool(req.secrets))
+    else:
+        passthrough = ()      # not even the family's variables from the controller's environment
 
     write_roots = []
     for root in bind_roots(scope):
@@ -139,7 +150,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
             "stdin": str(invocation.stdin_path) if invocation.stdin_path else None,
             "read_paths": [str(p) for p in invocation.read_paths], "network": network,
             "endpoints": list(invocation.endpoints) if network == "api" else [],
-            "env_set": sorted(env), "env_passthrough": list(role.env_allowlist),
+            "env_set": sorted(env), "env_passthrough": list(passthrough),
             "secrets": sorted(req.secrets or {}), "isolation": provider.isolation,
             "walltime_s": role.budget.walltime_s,
         }))
@@ -152,7 +163,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
                 argv=argv, cwd=workspace, timeout_s=role.budget.walltime_s,
                 write_paths=(*write_roots, *state_paths), read_paths=(files.prompt, *invocation.read_paths),
                 network=network, endpoints=tuple(invocation.endpoints) if network == "api" else (),
-                limits=req.limits or DEFAULT_LIMITS, env=env, env_passthrough=role.env_allowlist,
+                limits=req.limits or DEFAULT_LIMITS, env=env, env_passthrough=passthrough,
                 secret_env=dict(req.secrets or {}), stdout_path=files.stdout, stderr_path=files.stderr,
                 pass_fds=(channel.fd,), stdin_path=invocation.stdin_path,
                 idle_timeout_s=invocation.idle_timeout_s, stdout_watch=invocation.stdout_watch))
@@ -166,6 +177,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
             unsafe = _unsafe_workspace(write_roots, (req.limits or DEFAULT_LIMITS).workspace_bytes)
     finally:
         provider.close_output_channel(channel)
+        redactor.scrub_file(files.output)      # written by the agent itself, through the channel
 
     try:
         parsed = runtime.parse(req, files, outcome)
@@ -193,7 +205,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
         "limit_hit": outcome.limit_hit, "limits_enforced": outcome.limits_enforced,
         "transcript": {"stdout": files.stdout.name, "stderr": files.stderr.name},
     })
-    write_atomic(files.result, _dump(record))
+    write_atomic(files.result, _dump(redactor.scrub_obj(record)))
     return result
 
 
@@ -238,6 +250,12 @@ def _compose(req: SessionRequest, outcome: ExecResult, parsed: Parsed, bad: list
         parsed.report = {**(parsed.report or {}), "usage_anomalies": anomalies}
     if outcome.launch_error:
         status, cls, reason, evidence = "failed", "config", "launch_error", outcome.launch_error
+    elif outcome.timed_out and req.runtime in PROTOCOL_CLASSIFIED:
+        # an agent CLI's stream is full of tool and model text: only its parser's reading of the
+        # protocol may say "outage" (e.g. the last event was an API retry), never a regex over it
+        status, reason = "timeout", "walltime"
+        cls = parsed.failure_class if parsed.failure_class in ("outage", "throttle") else "failure"
+        evidence = f"walltime of {role.budget.walltime_s:g}s exceeded; the process group was killed ({parsed.evidence})"
     elif outcome.timed_out:
         text_class, line = classify_text(outcome.stdout_tail + "\n" + outcome.stderr_tail)
         status, reason = "timeout", "walltime"

@@ -42,7 +42,8 @@ def make_scheduler(settings: SchedulerSettings, campaign_dir: Path, name_prefix:
     if backend == "slurm":
         from sweep.scheduler.slurm import SlurmScheduler
         return SlurmScheduler(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,
-                              squeue_user=settings.squeue_user, signal=settings.signal, env=env)
+                              squeue_user=settings.squeue_user, signal=settings.signal, env=env,
+                              accounting=settings.accounting)
     if backend == "pyslurm":
         from sweep.scheduler.pyslurm import PyslurmScheduler
         return PyslurmScheduler(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,

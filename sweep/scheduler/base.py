@@ -83,6 +83,25 @@ class QueueSnapshot:
         return cls(known=True, jobs={job.job_id: job for job in jobs}, error=None)
 
 
+@dataclass(frozen=True)
+class EndStates:
+    """How vanished jobs ended, from ONE optional `end_states(job_ids)` call of a backend.
+
+    Backends that can say (Slurm through sacct, the local backend from its own records) implement
+    `end_states`; the tick asks at most once per tick and only when a job vanished.
+    """
+
+    asked: bool = False                              # False: nothing vanished, no call was made
+    known: bool = False                              # the call answered
+    available: bool = True                           # False: the site keeps no accounting at all
+    states: dict[str, str] = field(default_factory=dict)   # job id -> Slurm end state ("PREEMPTED", ...)
+    error: str | None = None
+
+    @classmethod
+    def unavailable(cls, why: str) -> EndStates:
+        return cls(asked=True, known=False, available=False, error=why)
+
+
 @runtime_checkable
 class Scheduler(Protocol):
     name: str

@@ -75,11 +75,13 @@ def _tick(campaign_dir: Path, campaign, scheduler) -> TickReport:
     s = campaign.settings
     cfg = PlanSettings(target_verified=s.target_verified, max_parallel=s.max_parallel,
                        max_gpu_parallel=s.max_gpu_parallel, max_spend_usd=s.max_spend_usd,
-                       lease_ttl_s=s.tick.lease_ttl_s, submit_grace_s=s.tick.submit_grace_s)
+                       lease_ttl_s=s.tick.lease_ttl_s, submit_grace_s=s.tick.submit_grace_s,
+                       uncertain_submit_s=s.tick.uncertain_submit_s, ghost_grace_s=s.tick.ghost_grace_s)
     actions = plan_tick(snap, cfg)
-    actor = Actor(campaign_dir, campaign, scheduler)
+    actor = Actor(campaign_dir, campaign, scheduler, lanes=snap.lanes)
     for action in actions:
         actor.apply(action)
+    actor.finish(snap)
     counts: dict[str, int] = {}
     for view in snap.runs.values():
         rec = view.record
@@ -93,7 +95,10 @@ def _tick(campaign_dir: Path, campaign, scheduler) -> TickReport:
                         squeue_error=meta["squeue_error"], squeue_jobs=len(snap.queue),
                         runs_read=len(snap.runs) + len(meta["corrupt"]),
                         corrupt=[f"{rid}: {why}" for rid, why in sorted(meta["corrupt"].items())][:100],
-                        actions=actor.done, errors=actor.errors, draining=snap.draining, counts=counts)
+                        actions=actor.done, errors=actor.errors, draining=snap.draining, counts=counts,
+                        waiting=actor.waiting, ghosts=actor.ghosts,
+                        accounting=snap.accounting, accounting_error=snap.accounting_error,
+                        accounting_jobs=meta.get("accounting_jobs", 0))
     write_model_atomic(campaign_dir / TICK_FILE, report)
     return report
 
@@ -106,8 +111,16 @@ def summarize(report: TickReport) -> str:
     queue = f"queue: {report.squeue_jobs} jobs" if report.squeue_known else \
         f"queue UNKNOWN ({report.squeue_error}); no run judged dead"
     text = f"tick {report.duration_s:.2f}s; {queue}; {did}"
+    if report.accounting in ("unknown", "unavailable"):
+        text += f"; accounting {report.accounting} ({report.accounting_error})"
     if report.draining:
         text += "; draining (no admissions)"
+    if report.ghosts:
+        text += f"; {len(report.ghosts)} ghost job(s) counted against the limits"
+    waiting = sum(len(v) for v in report.waiting.values())
+    if waiting and not kinds.get("admit"):
+        top = max(report.waiting.items(), key=lambda kv: len(kv[1]))
+        text += f"; {waiting} run(s) waiting (e.g. {len(top[1])}: {top[0]})"
     if report.errors:
         text += f"; {len(report.errors)} error(s): " + "; ".join(report.errors[:3])
     return text

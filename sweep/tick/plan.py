@@ -4,10 +4,20 @@ Everything the tick decides is decided here, so every rule is testable with thou
 snapshots (tests/test_tick_plan.py) without files or Slurm:
 - reconcile: an active run whose job is gone from a KNOWN queue goes back to queued at its phase
   with attempts+1 (or ends blocked:max_attempted at the limit); with the queue UNKNOWN nothing is
-  judged dead and leases are judged by TTL only;
+  judged dead and leases are judged by TTL only. A job that ended through no fault of the run
+  (the controller recorded a preemption, or accounting says PREEMPTED / NODE_FAIL / TIMEOUT) is an
+  *interruption* instead: queued again with interruptions+1 and attempts unchanged, or
+  blocked:max_interrupted at its own limit (see `judge_vanished`);
 - with the queue UNKNOWN nothing is admitted either: the tick changes nothing but TTL reaping;
 - reap stale leases (a lease whose holder job is alive is never reaped);
-- adopt a submission whose tick died between sbatch and writing the record (matched by token);
+- adopt a submission whose tick died between sbatch and writing the record (matched by token),
+  and keep an UNCERTAIN submission (sbatch got no answer) for `uncertain_submit_s` while looking
+  for its token in the queue, before giving it up;
+- ghosts: a live job with this campaign's prefix that no lease or record recognises counts against
+  the limits while it lives and is cancelled once it has been seen for `ghost_grace_s`;
+- lanes: a lane whose submissions Slurm refused backs off (exponential, bounded) while the other
+  lanes keep admitting; after the back-off one probe is submitted;
+- every queued run that is not admitted gets a reason (`Wait`), shown by `sweep status`;
 - admission: nothing while draining; active controllers <= max_parallel, GPU ones <=
   max_gpu_parallel (a 2-GPU run counts once); never more than target_verified - verified - active;
   a CPU candidate later in the panel may pass a GPU candidate waiting for the GPU lane; no run whose
@@ -19,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runstate.lease import LeaseView, judge_lease
-from runstate.models import Lease, OutageStamp, Outcome, Phase, RunRecord, RunState
+from runstate.models import EndReason, GhostJob, LaneBackoff, Lease, OutageStamp, Outcome, Phase, RunRecord, RunState
 
 # the role a run needs next, by the phase it will run next
 NEXT_ROLE = {Phase.intake: "author", Phase.author: "author", Phase.gates: "reviewer",
@@ -49,6 +59,14 @@ class Snapshot:
     draining: bool = False
     stamps: dict[str, OutageStamp] = field(default_factory=dict)   # role -> latest stamp (active or not)
     capacity: dict[str, int | None] = field(default_factory=dict)  # lane -> devices/slots, None = unknown
+    ghosts_seen: dict[str, GhostJob] = field(default_factory=dict)  # job id -> first sighting (ghosts.json)
+    lanes: dict[str, LaneBackoff] = field(default_factory=dict)     # lane -> back-off (lane-backoff.json)
+    corrupt_runs: frozenset[str] = frozenset()                      # runs whose state.json is unreadable
+    # how this tick's vanished jobs ended (ONE accounting call, made by observe only when one vanished):
+    # accounting is "not_asked" | "known" | "unknown" (the call failed) | "unavailable" (no accounting)
+    end_states: dict[str, str] = field(default_factory=dict)      # job id -> "PREEMPTED", "FAILED", ...
+    accounting: str = "not_asked"
+    accounting_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,8 @@ class PlanSettings:
     max_spend_usd: float | None
     lease_ttl_s: float
     submit_grace_s: float
+    uncertain_submit_s: float = 600.0
+    ghost_grace_s: float = 120.0
 
 
 # ---- actions ---------------------------------------------------------------------------------
@@ -87,12 +107,22 @@ class Requeue(Action):
 
 
 @dataclass(frozen=True)
+class Interrupt(Action):
+    """The controller job ended through no fault of the run: back to queued, no attempt spent."""
+    expected: RunRecord
+    lease: LeaseView | None
+    cause: str                        # preempted | time_limit | node_fail | requeued
+    why: str
+
+
+@dataclass(frozen=True)
 class EndRun(Action):
     expected: RunRecord
     lease: LeaseView | None
     outcome: Outcome
-    reason: str
+    reason: EndReason
     why: str
+    cause: str | None = None          # with reason max_interrupted: the last interruption's cause
 
 
 @dataclass(frozen=True)
@@ -119,6 +149,34 @@ class SetHold(Action):
     reason: str | None
 
 
+@dataclass(frozen=True)
+class GiveUpSubmission(Action):
+    """An sbatch whose outcome was uncertain left no job in the queue within the bound: release."""
+    expected: RunRecord
+    view: LeaseView
+    why: str
+
+
+@dataclass(frozen=True)
+class Wait(Action):
+    """A queued run is not admitted this tick, and why (tick.json and `sweep status`; no write)."""
+    reason: str
+
+
+@dataclass(frozen=True)
+class CancelGhost(Action):
+    """A job of this campaign no lease or record recognises, seen for longer than the grace."""
+    job_id: str
+    name: str
+    first_seen: float
+
+
+@dataclass(frozen=True)
+class NoteGhosts(Action):
+    """The ghosts seen in this (known) queue, with their first sighting: the tick's only memory."""
+    jobs: dict[str, GhostJob]
+
+
 # ---- helpers ---------------------------------------------------------------------------------
 
 def token_of_job_name(name: str) -> str | None:
@@ -127,8 +185,96 @@ def token_of_job_name(name: str) -> str | None:
     return parts[2] if len(parts) == 4 and parts[0] == "sw" else None
 
 
+def run_of_job_name(name: str) -> str | None:
+    parts = name.split(".", 3)
+    return parts[3] if len(parts) == 4 and parts[0] == "sw" else None
+
+
+def _recognised(job: QueueJob, snap: Snapshot) -> bool:
+    """Is this job one a run knows about: its lease's submission, or the job its record names?"""
+    token, run_id = token_of_job_name(job.name), run_of_job_name(job.name)
+    if token is None or run_id is None:
+        return False
+    if run_id in snap.corrupt_runs:
+        return True                   # the run's record cannot be read: judge nothing about it
+    view = snap.runs.get(run_id)
+    if view is None:
+        return False
+    if view.lease is not None:
+        if view.lease.lease is None:
+            return True               # a corrupt lease: its token is unknown, so is this job's standing
+        ls = view.lease.lease
+        if ls.token == token and ls.job_id in (None, job.job_id):
+            return True
+    rec = view.record
+    # the run's own controller, finishing after it released its lease (ended, parked, drained)
+    return rec.submit_token == token and rec.job_id == job.job_id
+
+
+def ghost_jobs(snap: Snapshot) -> list[QueueJob]:
+    """Live jobs with this campaign's prefix that no lease or record recognises (known queue only)."""
+    if not snap.queue_known:
+        return []
+    return [job for job in snap.queue.values() if not _recognised(job, snap)]
+
+
+def lane_backoff_reason(lane: str, b: LaneBackoff) -> str:
+    return (f"lane {lane} backing off until {_clock(b.until)} after {b.failures} refused "
+            f"submission{'s' if b.failures != 1 else ''}: {b.message}")
+
+
+def _clock(ts: float) -> str:
+    import time as _time          # formatting only; the planner never reads the clock
+    return _time.strftime("%H:%M:%SZ", _time.gmtime(ts))
+
+
 def next_role(record: RunRecord) -> str | None:
     return NEXT_ROLE.get(record.phase)
+
+
+# Slurm end states of a vanished controller job that are not the run's fault -> interruption cause
+INTERRUPTION_STATES = {"PREEMPTED": "preempted", "NODE_FAIL": "node_fail", "BOOT_FAIL": "node_fail",
+                       "TIMEOUT": "time_limit", "REQUEUED": "requeued"}
+# states that do not say how the job ended (accounting lags behind the queue): wait and ask again
+NOT_ENDED_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED",
+                    "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT"}
+
+
+def judge_vanished(rec: RunRecord, lease: LeaseView | None, snap: Snapshot,
+                   cfg: PlanSettings) -> tuple[str, str | None, str]:
+    """("interrupt", cause, why) | ("attempt", None, why) | ("wait", None, why) for a vanished job.
+
+    In order: a cause the controller recorded for this very job wins; then the job's end state
+    from this tick's accounting answer; without accounting at all it is an attempt (as before
+    interruptions existed; `sweep status` says why). With accounting UNKNOWN (the call failed, or
+    it does not list the job yet) the run keeps its slot and is judged on a later tick, until
+    `tick.lease_ttl_s` after the controller was last seen: then it counts as an attempt, so a
+    cluster whose accounting never answers cannot keep a run waiting forever.
+    """
+    job = rec.job_id
+    pending = rec.pending_interruption or {}
+    if pending.get("job_id") == job and pending.get("cause"):
+        return "interrupt", str(pending["cause"]), \
+            f"job {job} vanished after its controller recorded: {pending.get('detail') or pending['cause']}"
+    state = snap.end_states.get(job or "")
+    if state and state not in NOT_ENDED_STATES:
+        cause = INTERRUPTION_STATES.get(state)
+        if cause:
+            return "interrupt", cause, f"job {job} ended {state} (accounting)"
+        return "attempt", None, f"job {job} ended {state} (accounting)"
+    if snap.accounting in ("not_asked", "unavailable"):
+        why = f"job {job} vanished from the queue"
+        if snap.accounting == "unavailable":
+            why += f"; no accounting to say why ({snap.accounting_error}), so it counts as an attempt"
+        return "attempt", None, why
+    last_seen = lease.lease.last_seen if lease is not None and lease.lease is not None else rec.updated
+    waited = snap.now - last_seen
+    what = f"accounting {'did not list it' if snap.accounting == 'known' else 'unanswered'}" + (
+        f" ({snap.accounting_error})" if snap.accounting_error else "")
+    if waited < cfg.lease_ttl_s:
+        return "wait", None, f"job {job} vanished; {what}; judged on a later tick"
+    return "attempt", None, (f"job {job} vanished; {what} for {waited:.0f} s (tick.lease_ttl_s), "
+                             "so it counts as an attempt")
 
 
 def _lease_holder_alive(lease: Lease, snap: Snapshot, jobs_by_token: dict[str, QueueJob]) -> bool | None:
@@ -158,6 +304,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
     busy: set[str] = set()                 # runs that must not be admitted this tick
     canaries_active: dict[str, int] = {}
     committed = 0.0                        # money spent or promised (for the allocation)
+    waits: list[Action] = []
 
     def hold_slot(rec: RunRecord) -> None:
         slots["all"] += 1
@@ -184,12 +331,23 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                 # the controller died without a terminal write
                 busy.add(run_id)
                 committed += view.committed_usd
+                verdict, cause, why = judge_vanished(rec, lease, snap, cfg)
+                if verdict == "wait":
+                    hold_slot(rec)     # its job may have been the last thing holding this slot
+                    continue
+                if verdict == "interrupt":
+                    if rec.interruptions + 1 >= rec.max_interruptions:
+                        actions.append(EndRun(run_id, rec, lease, Outcome.blocked, EndReason.max_interrupted,
+                                              f"{why}; interruption {rec.interruptions + 1} of "
+                                              f"{rec.max_interruptions}", cause=cause))
+                    else:
+                        actions.append(Interrupt(run_id, rec, lease, cause or "unknown", why))
+                    continue
                 if rec.attempts + 1 >= rec.max_attempts:
-                    actions.append(EndRun(run_id, rec, lease, Outcome.blocked, "max_attempted",
-                                          f"job {rec.job_id} vanished; attempt {rec.attempts + 1} of "
-                                          f"{rec.max_attempts}"))
+                    actions.append(EndRun(run_id, rec, lease, Outcome.blocked, EndReason.max_attempted,
+                                          f"{why}; attempt {rec.attempts + 1} of {rec.max_attempts}"))
                 else:
-                    actions.append(Requeue(run_id, rec, lease, f"job {rec.job_id} vanished from the queue"))
+                    actions.append(Requeue(run_id, rec, lease, why))
                 continue
             # alive or unknown: the run holds its slot and its whole allocation
             hold_slot(rec)
@@ -216,6 +374,9 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
             verdict = judge_lease(lease, holder_alive=None, now=snap.now, ttl_s=cfg.lease_ttl_s)
             if verdict.stale:
                 actions.append(ReapLease(run_id, lease, verdict.why))
+            else:
+                waits.append(Wait(run_id, f"corrupt lease.json ({lease.problem}): left alone until the "
+                                          f"lease TTL ({cfg.lease_ttl_s:.0f}s) passes"))
             hold_slot(rec)          # unknown holder: keep its slot until judged
             continue
         ls = lease.lease
@@ -228,12 +389,26 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
             continue
         if snap.queue_known and job is not None:
             # the job wrote this queued record itself (drain/park) and is on its way out
+            waits.append(Wait(run_id, f"controller job {job.job_id} is finishing"))
             hold_slot(rec)
             continue
+        uncertain = rec.submitting_since is not None and rec.submit_token == ls.token
         if snap.queue_known and job is None:
-            if ls.job_id is None and snap.now - ls.last_seen < cfg.submit_grace_s:
-                hold_slot(rec)       # a submission may still be in flight
-                continue
+            if ls.job_id is None:
+                since = max(ls.last_seen, rec.submitting_since or 0.0)
+                bound = max(cfg.submit_grace_s, cfg.uncertain_submit_s) if uncertain else cfg.submit_grace_s
+                if snap.now - since < bound:
+                    hold_slot(rec)       # a submission may still be in flight, or its job may yet appear
+                    what = ("sbatch got no answer" if uncertain and rec.last_error
+                            else "a submission may be in flight")
+                    waits.append(Wait(run_id, f"{what}: waiting out the submit grace, looking for token "
+                                              f"{ls.token} in the queue until {_clock(since + bound)}"))
+                    continue
+                if uncertain:
+                    actions.append(GiveUpSubmission(run_id, rec, lease,
+                                                    f"no job with token {ls.token} reached the queue within "
+                                                    f"{bound:.0f}s of an uncertain sbatch"))
+                    continue
             actions.append(ReapLease(run_id, lease, "holder job is gone" if ls.job_id
                                      else "submission never reached the queue"))
             continue
@@ -241,44 +416,88 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
         if verdict.stale:
             actions.append(ReapLease(run_id, lease, verdict.why))
         else:
+            waits.append(Wait(run_id, f"queue UNKNOWN: lease of submission {ls.token} kept ({verdict.why})"))
             hold_slot(rec)
 
-    actions.extend(_admit(snap, cfg, busy, slots["all"], slots["gpu"], verified, canaries_active, committed))
+    # ghosts: our prefix, no lease or record knows them. They take slots while they live.
+    ghosts = ghost_jobs(snap)
+    seen: dict[str, GhostJob] = {}
+    ghost_gpu_devices = 0
+    for job in ghosts:
+        slots["all"] += 1
+        if job.gpus > 0:
+            slots["gpu"] += 1
+            ghost_gpu_devices += job.gpus
+        prior = snap.ghosts_seen.get(job.job_id)
+        first = prior.first_seen if prior is not None and prior.name == job.name else snap.now
+        seen[job.job_id] = GhostJob(name=job.name, first_seen=first, gpus=job.gpus)
+        if snap.now - first >= cfg.ghost_grace_s and prior is not None:
+            actions.append(CancelGhost(run_of_job_name(job.name) or "", job.job_id, job.name, first))
+    if snap.queue_known and (seen or snap.ghosts_seen):
+        actions.append(NoteGhosts("", seen))
+
+    actions.extend(waits)
+    actions.extend(_admit(snap, cfg, busy, slots["all"], slots["gpu"], verified, canaries_active, committed,
+                          ghosts, ghost_gpu_devices))
     return actions
 
 
 def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_active: int,
-           verified: int, canaries_active: dict[str, int], committed: float) -> list[Action]:
+           verified: int, canaries_active: dict[str, int], committed: float,
+           ghosts: list[QueueJob], ghost_gpu_devices: int) -> list[Action]:
     out: list[Action] = []
-    if not snap.queue_known:
-        # the scheduler cannot be asked: admitting now would only meet the same failure in sbatch,
-        # and nothing about the queue is known, so this tick changes nothing it does not have to
-        return out
     queued = sorted((v.record for rid, v in snap.runs.items()
                      if v.record.state is RunState.queued and rid not in busy),
                     key=lambda r: (r.panel_index, r.run_id))
+    if not snap.queue_known:
+        # the scheduler cannot be asked: admitting now would only meet the same failure in sbatch,
+        # and nothing about the queue is known, so this tick changes nothing it does not have to
+        out.extend(Wait(rec.run_id, "queue UNKNOWN: nothing is admitted until squeue answers")
+                   for rec in queued)
+        return out
     remaining_target = cfg.target_verified - verified - active
     budget_left = None if cfg.max_spend_usd is None else cfg.max_spend_usd - committed
     canary_taken: set[str] = set()
+    probe_taken: set[str] = set()
     gpu_capacity = snap.capacity.get("gpu")
     cpu_capacity = snap.capacity.get("cpu")
     cpu_active = sum(1 for v in snap.runs.values() if v.record.gpus == 0 and (
         v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None)))
+    cpu_active += sum(1 for j in ghosts if j.gpus == 0)
     gpu_devices = sum(v.record.gpus for v in snap.runs.values() if v.record.gpus and (
         v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None)))
+    gpu_devices += ghost_gpu_devices
 
     for rec in queued:
-        hold = None
+        hold = None          # a lasting, per-run reason: written on the record (SetHold)
+        wait = None          # why not this tick: tick.json only
         role = next_role(rec)
         stamp = snap.stamps.get(role) if role else None
+        lane = "gpu" if rec.gpus else "cpu"
+        backoff = snap.lanes.get(lane)
         if rec.gpus > 0 and gpu_capacity is not None and rec.gpus > gpu_capacity:
             hold = f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''}, lane gpu has {gpu_capacity}"
+        elif rec.gpus > 0 and cfg.max_gpu_parallel == 0:
+            hold = f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''} and max_gpu_parallel is 0"
         elif stamp is not None and stamp.is_active(snap.now):
             hold = f"role {role} cooling down ({stamp.kind}) until {stamp.until:.0f}"
         elif rec.parked_until is not None and rec.parked_until > snap.now:
             hold = f"parked until {rec.parked_until:.0f} ({rec.parked_role} cooldown)"
 
-        if hold is None and not snap.draining and remaining_target > 0 and active < cfg.max_parallel:
+        if hold is None:
+            if snap.draining:
+                wait = "draining: no admissions until `sweep undrain`"
+            elif remaining_target <= 0:
+                wait = (f"target reached: {verified} verified + {active} running >= target_verified "
+                        f"{cfg.target_verified}")
+            elif active >= cfg.max_parallel:
+                wait = f"limit reached: max_parallel {cfg.max_parallel} ({active} running or in flight)"
+            elif backoff is not None and backoff.failures > 0 and backoff.until > snap.now:
+                wait = lane_backoff_reason(lane, backoff)
+            elif backoff is not None and backoff.failures > 0 and lane in probe_taken:
+                wait = f"lane {lane} is probing after its back-off: one submission at a time"
+
+        if hold is None and wait is None:
             canary = None
             if stamp is not None:            # cooldown passed but not yet cleared by a success
                 if canaries_active.get(role, 0) or role in canary_taken:
@@ -286,15 +505,18 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
                 else:
                     canary = role
             # lane limits: max_gpu_parallel counts GPU runs; a known capacity counts slots/devices
-            gpu_blocked = rec.gpus > 0 and (gpu_active >= cfg.max_gpu_parallel or (
-                gpu_capacity is not None and gpu_devices + rec.gpus > gpu_capacity))
-            gpu_blocked = gpu_blocked or (rec.gpus == 0 and cpu_capacity is not None
-                                          and cpu_active >= cpu_capacity)
+            if rec.gpus > 0 and gpu_active >= cfg.max_gpu_parallel:
+                wait = (f"limit reached: needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''} and "
+                        f"max_gpu_parallel is {cfg.max_gpu_parallel} ({gpu_active} GPU runs)")
+            elif rec.gpus > 0 and gpu_capacity is not None and gpu_devices + rec.gpus > gpu_capacity:
+                wait = f"lane gpu full: {gpu_devices} of {gpu_capacity} devices in use, needs {rec.gpus}"
+            elif rec.gpus == 0 and cpu_capacity is not None and cpu_active >= cpu_capacity:
+                wait = f"lane cpu full: {cpu_active} of {cpu_capacity} slots in use"
             allocation = None
-            if hold is None and not gpu_blocked:
+            if hold is None and wait is None:
                 cap = rec.cap_usd
                 if cap is not None and cap + 1e-9 < rec.reservation_usd:
-                    out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, "budget_exhausted",
+                    out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, EndReason.budget_exhausted,
                                       f"the candidate's cap {cap:.2f} USD is below one session's "
                                       f"reservation {rec.reservation_usd:.2f} USD"))
                     continue
@@ -304,13 +526,13 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
                     if allocation <= 0 or allocation + 1e-9 < rec.reservation_usd:
                         hold = "campaign budget exhausted"
                         if active == 0:   # nothing running can free budget: this run can never start
-                            out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, "budget_exhausted",
+                            out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, EndReason.budget_exhausted,
                                               f"campaign spent {committed:.2f} of {cfg.max_spend_usd:.2f} USD"))
                             continue
                 else:
                     allocation = cap
-            if hold is None and not gpu_blocked:
-                out.append(Admit(rec.run_id, rec, "gpu" if rec.gpus else "cpu", rec.gpus, allocation, canary))
+            if hold is None and wait is None:
+                out.append(Admit(rec.run_id, rec, lane, rec.gpus, allocation, canary))
                 active += 1
                 remaining_target -= 1
                 if rec.gpus > 0:
@@ -320,9 +542,12 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
                     cpu_active += 1
                 if canary:
                     canary_taken.add(canary)
+                if backoff is not None and backoff.failures > 0:
+                    probe_taken.add(lane)
                 if budget_left is not None and allocation is not None:
                     budget_left -= allocation
                 continue
+        out.append(Wait(rec.run_id, hold or wait or "not admitted"))
         if hold != rec.hold_reason and (hold is not None or rec.hold_reason is not None):
             out.append(SetHold(rec.run_id, rec, hold))
     return out

@@ -24,41 +24,11 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweep.proc import signal_group
+from sweep.redact import Redactor   # every spelling of a secret (base64, hex, split), see sweep/redact.py
+
 TAIL_BYTES = 16 * 1024
-REDACTED = b"[REDACTED]"
-MIN_SECRET_LEN = 4      # redacting shorter values would shred the transcript and reveal little
 POLL_S = 0.05
-
-
-class Redactor:
-    """Replaces secret values in a byte stream, including values split across chunks."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        values = {s.encode() for s in secrets if s and len(s) >= MIN_SECRET_LEN}
-        self._secrets = sorted(values, key=len, reverse=True)
-        self._keep = max((len(s) for s in self._secrets), default=1) - 1
-        self._pending = b""
-
-    def _scrub(self, data: bytes) -> bytes:
-        for value in self._secrets:
-            data = data.replace(value, REDACTED)
-        return data
-
-    def feed(self, chunk: bytes) -> bytes:
-        data = self._scrub(self._pending + chunk)
-        if not self._keep:
-            self._pending = b""
-            return data
-        # Hold back what could be the start of a secret whose end has not arrived yet.
-        self._pending = data[-self._keep:]
-        return data[:-self._keep]
-
-    def flush(self) -> bytes:
-        data, self._pending = self._scrub(self._pending), b""
-        return data
-
-    def scrub_text(self, text: str) -> str:
-        return self._scrub(text.encode(errors="replace")).decode(errors="replace")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -169,13 +139,6 @@ def _leader_exited(pid: int) -> bool:
     return info is not None and info.si_pid != 0
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass   # the group is already empty (or only zombies we cannot signal): nothing left to stop
-
-
 def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: float,
                 stdout_path: Path | None, stderr_path: Path | None, secrets: list[str],
                 kill_grace_s: float, pass_fds: tuple[int, ...] = (), stdin_path: Path | None = None,
@@ -227,14 +190,14 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
             stopped = "stalled"
         if now >= deadline or stopped is not None:
             timed_out = stopped is None
-            _killpg(pgid, signal.SIGTERM)
+            signal_group(pgid, signal.SIGTERM)
             grace_end = time.monotonic() + kill_grace_s
             while not _leader_exited(proc.pid) and time.monotonic() < grace_end:
                 time.sleep(POLL_S)
             break
         time.sleep(POLL_S)
     # Kill whatever is left in the group while the leader's zombie still pins the group id.
-    _killpg(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
     rc = proc.wait()
     for pump in pumps:
         pump.join(timeout=5.0)   # a process that escaped the group may hold the pipe open: do not hang

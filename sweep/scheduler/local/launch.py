@@ -23,7 +23,8 @@ import signal
 import sys
 from pathlib import Path
 
-from sweep.scheduler.local.records import StateDir, boot_id, process_start_time
+from sweep.proc import boot_id, process_start_time
+from sweep.scheduler.local.records import StateDir
 
 LOCK_TIMEOUT = 30.0
 

@@ -14,13 +14,13 @@ import errno
 import fcntl
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+from runstate.atomic import write_atomic   # stdlib only, like this module
+from sweep.proc import boot_id, process_start_time
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -126,74 +126,28 @@ class StateDir:
         except FileNotFoundError:
             pass
 
+    def record_end(self, job_id: str, state: str) -> None:
+        """Write how a job ended into its claim file (kept forever; empty until the job ends)."""
+        try:
+            write_atomic(self.ids / job_id, state.encode())
+        except OSError:
+            pass    # without it the job reads FAILED, the conservative answer
+
+    def read_end(self, job_id: str) -> str | None:
+        if "/" in job_id or job_id.startswith("."):
+            return None
+        try:
+            text = (self.ids / job_id).read_text().strip()
+        except OSError:
+            return None
+        return text or None
+
     def job_ids(self) -> list[str]:
         return sorted(p.name[:-len(".json")] for p in self.jobs.iterdir()
                       if p.name.endswith(".json") and not p.name.startswith("."))
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` whole: unique temp file in the same dir, fsync, os.replace, fsync the dir."""
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{time.monotonic_ns()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 # -- process facts ------------------------------------------------------------------------------
-_LINUX = sys.platform.startswith("linux")
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields 3.. of /proc/<pid>/stat (the command name may contain spaces and parens)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return data[data.rfind(b")") + 2:].decode(errors="replace").split()
-
-
-def process_start_time(pid: int) -> str | None:
-    """When `pid` started, as an opaque string; None if no such (live, non-zombie) process."""
-    if pid <= 0:
-        return None
-    if _LINUX:
-        rest = _proc_stat(pid)
-        if not rest or rest[0] in ("Z", "X"):   # a zombie has finished; only its parent can reap it
-            return None
-        return rest[19]                          # field 22 (starttime): rest[0] is field 3
-    try:   # macOS and other BSDs: no /proc
-        out = subprocess.run(["ps", "-o", "stat=,lstart=", "-p", str(pid)], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if not out or out.startswith("Z"):
-        return None
-    return out.split(None, 1)[1] if " " in out else None
-
-
-def boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
 def is_alive(record: JobRecord) -> bool:
     """The recorded process still runs: same pid, same start time, same boot."""
     if record.pid is None or record.start_time is None:
@@ -201,20 +155,3 @@ def is_alive(record: JobRecord) -> bool:
     if record.boot_id and boot_id() not in (None, record.boot_id):
         return False
     return process_start_time(record.pid) == record.start_time
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group `pgid`."""
-    if not _LINUX:
-        try:
-            os.killpg(pgid, 0)
-            return [pgid]
-        except (ProcessLookupError, PermissionError):
-            return []
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            rest = _proc_stat(int(entry))
-            if rest and rest[0] not in ("Z", "X") and rest[2] == str(pgid):   # field 5 = pgrp
-                members.append(int(entry))
-    return members

@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from runstate.errors import SchedulerError
-from sweep.scheduler.base import (LANE_CPU, LANE_GPU, JobInfo, JobSpec, QueueSnapshot,
+from sweep.scheduler.base import (LANE_CPU, LANE_GPU, EndStates, JobInfo, JobSpec, QueueSnapshot,
                                   check_name_prefix, validate_job)
-from sweep.scheduler.local.records import (FILE_MODE, JobRecord, StateDir, group_members,
-                                           is_alive, process_start_time)
+from sweep.proc import boot_id, group_members, process_start_time, signal_group
+from sweep.scheduler.local.records import FILE_MODE, JobRecord, StateDir, is_alive
 
 PARTITIONS = {LANE_CPU: "local-cpu", LANE_GPU: "local-gpu"}
 LAUNCH_GRACE = 30.0     # a record without a pid this old: its launcher never ran (submitter died first)
@@ -208,12 +208,14 @@ class LocalScheduler:
                 if launching:
                     active.append(record)
                 elif reap:
+                    self.state.record_end(job_id, "CANCELLED" if record.cancelled else "FAILED")
                     self.state.remove(job_id)
                 continue
             if is_alive(record):
                 active.append(record)
             elif reap:
                 _reap_child(record.pid)
+                self.state.record_end(job_id, _end_state(record))
                 self.state.remove(job_id)
         return active
 
@@ -236,13 +238,31 @@ class LocalScheduler:
                         self.state.write(record)
                         continue
                     if _owns_group(record):
-                        _signal_group(record.pid, signal.SIGTERM)
+                        if not record.cancelled:   # so its end state reads CANCELLED, not FAILED
+                            record.cancelled = True
+                            self.state.write(record)
+                        signal_group(record.pid, signal.SIGTERM)
                         groups.append(record.pid)
         except TimeoutError as exc:
             raise SchedulerError(f"cannot cancel: {exc}") from None
         self._wait_groups(groups, self.cancel_grace, kill_after=True)
         for pgid in groups:
             _reap_child(pgid)
+
+    # -- end states ---------------------------------------------------------------------------
+    def end_states(self, job_ids: Iterable[str]) -> EndStates:
+        """How vanished local jobs ended, from the end each reap recorded (the claim file).
+
+        CANCELLED: `cancel` stopped it; NODE_FAIL: the machine rebooted under it (its boot id
+        changed), which is this backend's node failure; FAILED: it died on its own (a crash, the
+        OOM killer, a kill -9). A job gone without a recorded end counts as FAILED: this backend is
+        the only thing that runs its jobs, so nothing else can have ended it.
+        """
+        ids = sorted(set(map(str, job_ids)))
+        if not ids:
+            return EndStates()
+        return EndStates(asked=True, known=True,
+                         states={j: self.state.read_end(j) or "FAILED" for j in ids})
 
     def _wait_groups(self, groups: list[int], grace: float, kill_after: bool) -> None:
         deadline = time.monotonic() + grace
@@ -253,11 +273,19 @@ class LocalScheduler:
                 time.sleep(0.05)
         if pending and kill_after:
             for pgid in pending:
-                _signal_group(pgid, signal.SIGKILL)
+                signal_group(pgid, signal.SIGKILL)
             self._wait_groups(pending, 5.0, kill_after=False)
 
     def _base_env(self) -> dict[str, str]:
         return dict(os.environ if self._env is None else self._env)
+
+
+def _end_state(record: JobRecord) -> str:
+    if record.cancelled:
+        return "CANCELLED"
+    if record.boot_id and boot_id() not in (None, record.boot_id):
+        return "NODE_FAIL"
+    return "FAILED"
 
 
 def _job_info(record: JobRecord) -> JobInfo:
@@ -307,13 +335,6 @@ def _owns_group(record: JobRecord) -> bool:
         return True
     started = process_start_time(record.pid)
     return started is None and bool(group_members(record.pid))
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _reap_child(pid: int) -> None:

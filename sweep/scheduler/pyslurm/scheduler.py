@@ -72,7 +72,7 @@ class PyslurmScheduler(SlurmScheduler):
     name = "pyslurm"
 
     def __init__(self, name_prefix: str, lanes: LanesSettings | None = None, *,
-                 call_timeout: float = 20.0, squeue_user: str = "me", signal: str = "B:TERM@120",
+                 call_timeout: float = 20.0, squeue_user: str = "me", signal: str = "B:USR1@120",
                  env: Mapping[str, str] | None = None):
         super().__init__(name_prefix, lanes, call_timeout=call_timeout, squeue_user=squeue_user,
                          signal=signal, env=env)

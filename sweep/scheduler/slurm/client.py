@@ -16,13 +16,34 @@ from collections.abc import Mapping, Sequence
 SQUEUE_ENV_PREFIX = "SQUEUE_"
 
 
-class SlurmCallFailed(Exception):
-    """A client call failed, timed out or could not start; `str()` is the message to show."""
+# Slurm's own words for "the request may or may not have reached slurmctld". A client gives up after
+# MessageTimeout (10 s by default) with the first of these while slurmctld is stalled, yet slurmctld
+# may still create the job when it resumes: such an sbatch is UNCERTAIN, never a refusal.
+_NO_ANSWER = ("socket timed out", "timed out", "zero bytes were transmitted", "unable to contact slurm controller",
+              "communication connection failure", "connection refused", "connection reset",
+              "transport endpoint is not connected", "standby mode", "resource temporarily unavailable",
+              "slurm_receive_msg", "slurm_send", "kill signal", "broken pipe")
 
-    def __init__(self, message: str, *, timed_out: bool = False, stderr: str = ""):
+
+class SlurmCallFailed(Exception):
+    """A client call failed, timed out or could not start; `str()` is the message to show.
+
+    `uncertain` says whether the call may still have had its effect (no answer, a timeout, a
+    socket error); a plain refusal (rc != 0 with Slurm's reason, or a client that could not start)
+    is certain: nothing happened."""
+
+    def __init__(self, message: str, *, timed_out: bool = False, stderr: str = "",
+                 uncertain: bool | None = None):
         super().__init__(message)
         self.timed_out = timed_out
         self.stderr = stderr
+        self.uncertain = timed_out if uncertain is None else uncertain
+
+
+def is_no_answer(text: str) -> bool:
+    """True if a client's message says it got no (complete) answer from slurmctld."""
+    low = text.lower()
+    return any(marker in low for marker in _NO_ANSWER)
 
 
 def client_env(base: Mapping[str, str] | None, *, drop_prefixes: Sequence[str] = ()) -> dict[str, str]:
@@ -44,11 +65,13 @@ def run_client(argv: Sequence[str], *, env: Mapping[str, str], timeout: float) -
         raise SlurmCallFailed(f"{what} did not answer within {timeout:g} s (is slurmctld up?)"
                               + (f": {stderr}" if stderr else ""), timed_out=True, stderr=stderr) from None
     except OSError as exc:   # not installed, not executable
-        raise SlurmCallFailed(f"cannot run {what}: {exc.strerror or exc}") from None
+        raise SlurmCallFailed(f"cannot run {what}: {exc.strerror or exc}", uncertain=False) from None
     if result.returncode != 0:
         stderr = result.stderr.strip()
+        # killed by a signal (rc < 0) or no answer from slurmctld: the call may have taken effect
         raise SlurmCallFailed(f"{what} failed (rc {result.returncode}): "
-                              f"{stderr or result.stdout.strip() or 'no message'}", stderr=stderr)
+                              f"{stderr or result.stdout.strip() or 'no message'}", stderr=stderr,
+                              uncertain=result.returncode < 0 or is_no_answer(stderr))
     return result.stdout
 
 

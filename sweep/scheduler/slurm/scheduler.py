@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from runstate.errors import SchedulerError
+from runstate.errors import SchedulerError, SubmissionUncertain
 from sweep.models.lanes import LanesSettings
 from sweep.scheduler.base import JobSpec, QueueSnapshot, check_name_prefix, validate_job
 from sweep.scheduler.slurm.client import (SQUEUE_ENV_PREFIX, SlurmCallFailed, client_env,
@@ -34,8 +34,8 @@ class SlurmScheduler:
     name = "slurm"
 
     def __init__(self, name_prefix: str, lanes: LanesSettings | None = None, *,
-                 call_timeout: float = 20.0, squeue_user: str = "me", signal: str = "B:TERM@120",
-                 env: Mapping[str, str] | None = None):
+                 call_timeout: float = 20.0, squeue_user: str = "me", signal: str = "B:USR1@120",
+                 env: Mapping[str, str] | None = None, accounting: str = "sacct"):
         try:
             self.name_prefix = check_name_prefix(name_prefix)
         except ValueError as exc:
@@ -47,6 +47,7 @@ class SlurmScheduler:
         self.squeue_user = squeue_user
         self.signal = signal
         self._env = dict(env) if env is not None else None   # None: os.environ at call time
+        self.accounting = accounting       # "sacct" | "jobcomp" | "none": see accounting.py
 
     # -- submit ---------------------------------------------------------------------------------
     def sbatch_options(self, job: JobSpec) -> list[str]:
@@ -59,8 +60,8 @@ class SlurmScheduler:
             f"--output={job.stdout}",
             f"--error={job.stderr}",
             "--open-mode=append",     # every attempt's log kept in one file
-            f"--signal={self.signal}",
-            "--no-requeue",           # re-admission is the tick's decision, never Slurm's
+            f"--signal={lane.job_signal(self.signal)}",   # the time-limit warning (SIGUSR1)
+            lane.requeue_option(),    # --no-requeue unless the lane lets Slurm requeue (docs/slurm.md)
             *lane.sbatch_options(job.gpus),
         ]
 
@@ -85,12 +86,16 @@ class SlurmScheduler:
         try:
             out = run_client(argv, env=client_env(self._env), timeout=self.call_timeout)
         except SlurmCallFailed as exc:
-            hint = ("the job may have been queued anyway; its submission token lets the next tick "
-                    "find it in squeue" if exc.timed_out else None)
-            raise SchedulerError(f"sbatch refused job {job.name}: {exc}", hint=hint) from None
+            if exc.uncertain:
+                raise SubmissionUncertain(
+                    f"sbatch got no answer for job {job.name}: {exc}",
+                    hint="the job may have been queued anyway; its submission token lets the next "
+                         "tick find it in squeue") from None
+            raise SchedulerError(f"sbatch refused job {job.name}: {exc}") from None
         job_id = out.strip().splitlines()[0].split(";")[0].strip() if out.strip() else ""
         if not _JOB_ID_RE.fullmatch(job_id):
-            raise SchedulerError(f"sbatch accepted job {job.name} but printed no job id: {out.strip()!r}")
+            # rc 0: Slurm took the request; without an id we cannot tell which job it made
+            raise SubmissionUncertain(f"sbatch accepted job {job.name} but printed no job id: {out.strip()!r}")
         return job_id
 
     # -- queue ----------------------------------------------------------------------------------
@@ -121,6 +126,12 @@ class SlurmScheduler:
 
     def capacity(self) -> dict[str, int | None]:
         return {"cpu": None, "gpu": None}   # the site decides; sweep does not count its GPUs
+
+    # -- end states (accounting.py) -------------------------------------------------------------
+    def end_states(self, job_ids: Iterable[str]):
+        """How vanished jobs ended: ONE bounded sacct call (see accounting.py)."""
+        from sweep.scheduler.slurm.accounting import end_states
+        return end_states(job_ids, source=self.accounting, env=self._env, timeout=self.call_timeout)
 
 
 def _check_path(label: str, path: Path) -> None:

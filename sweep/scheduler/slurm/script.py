@@ -7,12 +7,11 @@ text: sbatch passes it to the script as arguments and the script ends with `exec
 """
 from __future__ import annotations
 
-import os
 import shlex
-import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from runstate.atomic import write_atomic
 from sbatch import load_template
 from sweep.scheduler.base import check_job_env
 
@@ -35,13 +34,6 @@ def render_controller_script(job_name: str, sbatch_options: Sequence[str], env: 
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write `path` atomically with mode 0600 (temp file + fsync + rename)."""
+    """Write `path` atomically with mode 0600 (runstate's writer: unique temp, fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp.{socket.gethostname()}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, SCRIPT_MODE)
-    with os.fdopen(fd, "wb") as fh:
-        os.fchmod(fd, SCRIPT_MODE)   # O_CREAT's mode is ignored for an existing leftover temp file
-        fh.write(text.encode("utf-8"))
-        fh.flush()
-        os.fsync(fd)
-    os.replace(tmp, path)
+    write_atomic(path, text.encode("utf-8"), SCRIPT_MODE)

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import sys
+
+import click
+
+from sweep.cli.common import campaign_option, next_step
+
+
+@click.command("doctor")
+@campaign_option
+@click.option("--no-network", is_flag=True, help="Skip the model endpoint reachability check.")
+def doctor(campaign: str | None, no_network: bool) -> None:
+    """Check the agent CLIs the campaign's roles use, before paying for anything.
+
+    For every role played by claude-code or codex: the CLI is installed and runs inside the
+    sandbox, its version is in the tested range, the key family's secret is present, and (unless
+    --no-network) the model endpoint accepts connections. Exits 1 on any error.
+    """
+    from sweep.campaign import find_campaign, load_campaign
+    from sweep.runtimes.preflight import check_agent_runtimes
+    d = find_campaign(campaign)
+    camp = load_campaign(d)
+    candidates = _candidates(d)
+    findings = check_agent_runtimes(camp.settings, candidates, reach=not no_network, roles_dir=d / "roles")
+    if not findings:
+        click.echo("no role of this campaign uses an agent CLI (claude-code, codex): nothing to check")
+    for f in findings:
+        click.echo(f"{f.level:5}  {f.where}: {f.message}")
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        click.echo(f"{len(errors)} error(s): fix them before `sweep tick`", err=True)
+        sys.exit(1)
+    next_step(f"sweep tick --campaign {d}")
+
+
+def _candidates(d):
+    from runstate.files import read_model
+    from sweep.models.plan import FrozenCandidate
+    out = []
+    runs = d / "runs"
+    if runs.is_dir():
+        for rdir in sorted(runs.iterdir()):
+            fc = read_model(rdir / "candidate.json", FrozenCandidate).value
+            if fc is not None:
+                out.append(fc.candidate)
+    return out

@@ -1,0 +1,121 @@
+"""What the controller's driver (pipeline.py) and its phases (phases.py) share.
+
+The run's context (`Ctx`), the control-flow exceptions a phase raises to say how the attempt
+stops, and the controller's exit codes live here so that phases.py and pipeline.py both import
+this module and neither imports the other at module level.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from runstate.files import make_private_dir, write_atomic
+from runstate.lease import LeaseLost
+from runstate.markers import read_outage
+from runstate.models import EndReason, Event, Outcome, RunRecord, RunState
+from runstate.runs import append_event, load_record, save_record
+from sweep import textsafe
+from sweep.controller.budget import Budget
+from sweep.models.plan import CampaignFile, FrozenCandidate
+from sweep.redact import Redactor
+
+
+class ExitCode(IntEnum):
+    """`sweep controller`'s exit status (the scheduler records it; the tick never acts on it)."""
+
+    ok = 0                  # the run reached an ending, a park, a failed attempt or a checkpoint stop
+    not_holder = 3          # the lease is not this submission's, or another job holds it: did nothing
+    never_recorded = 4      # the record never named this job: gave the lease back, did nothing
+    lease_lost = 5          # the lease was lost mid-run: stopped without writing
+
+
+# ---- how a controller stops -------------------------------------------------------------------
+
+class Interrupted(BaseException):
+    """SIGTERM (scancel, preemption, time limit), SIGUSR1 (the time-limit warning) or a lost
+    lease: stop now, at a safe point."""
+
+
+@dataclass
+class Ending(Exception):
+    outcome: Outcome
+    reason: EndReason | None
+    detail: str = ""
+
+
+@dataclass
+class Park(Exception):
+    role: str
+    kind: str
+    detail: str
+    also: tuple[str, ...] = ()      # more roles to stamp (a config failure stops the whole key family)
+
+
+@dataclass
+class AttemptFailed(Exception):
+    detail: str
+
+
+@dataclass
+class Ctx:
+    campaign_dir: Path
+    campaign: CampaignFile
+    rdir: Path
+    run_id: str
+    token: str
+    job_id: str
+    record: RunRecord
+    budget: Budget
+    candidate: FrozenCandidate
+    stop_reason: str | None = None
+    stop_signal: int | None = None     # SIGUSR1 = the time-limit warning (see pipeline.establish_stop_cause)
+    lease_lost: bool = False
+    interrupting: bool = False
+    roles_cache: tuple[dict[str, Any], dict[str, str]] | None = field(default=None, repr=False)
+
+    def say(self, text: str) -> None:
+        text = textsafe.line(Redactor().scrub(text))     # controller.out is read on a terminal
+        print(f"[{time.strftime('%H:%M:%S')}] {self.run_id}: {text}", file=sys.stdout, flush=True)
+
+    def event(self, kind: str, **kw: Any) -> None:
+        kw = Redactor().scrub_obj(kw)      # details quote agents and tests: no secret in events.jsonl
+        append_event(self.rdir, Event(run_id=self.run_id, kind=kind, by=f"job:{self.job_id}", **kw))
+
+    def save(self, **update: Any) -> RunRecord:
+        """Write the record, but only while it is still ours (same job, not ended by someone else)."""
+        redactor = Redactor()     # last_error and checkpoints quote agents and tests
+        update = {k: redactor.scrub_obj(v) if isinstance(v, (str, dict)) else v for k, v in update.items()}
+        current = load_record(self.rdir).value
+        if current is None or current.job_id != self.job_id or current.state is not RunState.active:
+            raise LeaseLost(f"state.json no longer names job {self.job_id}", path=self.rdir)
+        self.record = save_record(self.rdir, current.model_copy(update=update))
+        return self.record
+
+
+def clear_cooldown_after_success(ctx: Ctx, role: str) -> None:
+    """A successful session of a role whose cooldown has passed ends the canary period."""
+    stamp = read_outage(ctx.campaign_dir, role)
+    if stamp.value is not None and not stamp.value.is_active(time.time()):
+        try:
+            stamp.path.unlink()
+            ctx.event("cooldown_cleared", detail=f"{role}: a session succeeded after the cooldown")
+        except FileNotFoundError:
+            pass
+
+
+def fresh_dir(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    return make_private_dir(path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    # evidence quotes test output and verdicts: scrubbed of every known secret before it is stored
+    write_atomic(path, Redactor().scrub_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2)))

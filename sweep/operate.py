@@ -1,0 +1,220 @@
+"""The operator's verbs on one run: `sweep retry` and `sweep abort`.
+
+Both are safe against a concurrent tick and a concurrent operator by the same rules the tick
+follows (docs/state.md):
+
+1. **The tick lock.** They hold `tick.lock` (the same kernel flock `sweep tick` takes) for their
+   whole change, waiting for a running tick to finish. No tick observes, admits, requeues or ends
+   anything meanwhile, and two operators on the same campaign take turns.
+2. **The lease.** They write the record only while holding the run's lease, acquired exclusively
+   (O_EXCL) with a token of their own: a controller can never be acting on the run at the same time
+   (abort first stops the controller's job, waits until the scheduler no longer lists it, and reaps
+   the dead holder's lease by compare-and-swap).
+3. **Compare, then write.** The record is re-read just before writing and must be exactly the one
+   that was judged; otherwise nothing is written and the verb says what changed.
+
+A crash anywhere leaves the old record or the new one (atomic rename) and at most a lease of this
+process, which the tick judges like any other (holder gone: reaped).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from runstate.errors import ConfigError, SweepError
+from runstate.lease import acquire_lease, read_lease, reap_lease, release_lease
+from runstate.models import Event, Outcome, Phase, RunRecord, RunState, truncate, validate_run_id
+from runstate.runs import append_event, load_record, run_dir, save_record
+
+LOCK_FILE = "tick.lock"
+LOCK_WAIT_S = 300.0         # longer than a tick normally takes; a hung tick ends at max_runtime_s
+ABORT_REASON = "aborted"
+
+
+class Refused(SweepError):
+    """The run's state does not allow the verb; nothing was changed."""
+
+    exit_code = 3
+
+
+@dataclass
+class Done:
+    run_id: str
+    message: str
+    record: RunRecord | None = None
+
+
+def _who() -> str:
+    try:
+        import getpass
+        user = getpass.getuser()
+    except Exception:
+        user = str(os.getuid())
+    return f"operator:{user}@{socket.gethostname()}"
+
+
+class _TickLock:
+    def __init__(self, campaign_dir: Path, wait_s: float):
+        from filelock import FileLock
+        self.lock = FileLock(str(Path(campaign_dir) / LOCK_FILE), timeout=wait_s)
+        self.wait_s = wait_s
+
+    def __enter__(self):
+        from filelock import Timeout
+        try:
+            self.lock.acquire()
+        except Timeout:
+            raise SweepError(f"a tick (or another operator) held {LOCK_FILE} for {self.wait_s:.0f}s; nothing changed",
+                             hint="try again; `sweep status` shows the last tick") from None
+        return self
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+
+def _load(campaign_dir: Path, run_id: str) -> tuple[Path, RunRecord]:
+    try:
+        validate_run_id(run_id)
+    except ValueError as exc:
+        raise ConfigError(str(exc), field="RUN") from None
+    rdir = run_dir(campaign_dir, run_id)
+    loaded = load_record(rdir)
+    if loaded.missing:
+        raise ConfigError(f"no run {run_id!r} in this campaign", path=campaign_dir)
+    if loaded.value is None:
+        raise Refused(f"state.json of {run_id} is unreadable ({loaded.problem}); fix or remove it first",
+                      path=rdir / "state.json")
+    return rdir, loaded.value
+
+
+def _write_holding_lease(rdir: Path, judged: RunRecord, new: RunRecord, event: Event) -> RunRecord:
+    """Acquire the lease, compare the record with `judged`, write `new`, log, release."""
+    token = "op" + secrets.token_hex(5)
+    if acquire_lease(rdir, run_id=judged.run_id, token=token, holder="tick") is None:
+        view = read_lease(rdir)
+        holder = (f"{view.lease.holder} {view.lease.job_id or ''} token {view.lease.token}".strip()
+                  if view and view.lease else "a corrupt or vanished lease")
+        raise Refused(f"{judged.run_id} has a lease ({holder}): something may still act on it; nothing changed",
+                      hint="wait for the next tick to reap it, then try again")
+    try:
+        current = load_record(rdir).value
+        if current != judged:
+            raise Refused(f"{judged.run_id} changed while it was being judged "
+                          f"(now {current.state.value if current else 'unreadable'}); nothing changed")
+        written = save_record(rdir, new)
+        append_event(rdir, event)
+        return written
+    finally:
+        release_lease(rdir, token=token)
+
+
+# ---- retry ---------------------------------------------------------------------------------------
+
+def retry_run(campaign_dir: Path, run_id: str, *, reason: str | None = None,
+              lock_wait_s: float = LOCK_WAIT_S) -> Done:
+    """Re-admit an ended blocked or generated_unverified run with fresh attempts.
+
+    The run starts again from intake with attempts 0 and no repair used; every earlier bundle,
+    evidence file and session stays on disk, and bundle revisions keep counting up (so no evidence
+    file is overwritten). The retry is recorded in `checkpoints.retry` (how many, the previous
+    ending, why) and as a `retried` event.
+    """
+    from sweep.campaign import load_campaign
+    campaign_dir = Path(campaign_dir).resolve()
+    load_campaign(campaign_dir)
+    with _TickLock(campaign_dir, lock_wait_s):
+        rdir, rec = _load(campaign_dir, run_id)
+        if rec.state is not RunState.ended:
+            raise Refused(f"{run_id} is {rec.state.value}, not ended: there is nothing to retry "
+                          "(the tick admits queued runs by itself)")
+        if rec.outcome is Outcome.verified:
+            raise Refused(f"{run_id} is verified: retrying would only spend money on a finished task")
+        previous = f"{rec.outcome.value}" + (f":{rec.reason}" if rec.reason else "")
+        cps = rec.checkpoints
+        old_retry = cps.get("retry", {})
+        last_revision = max(int(cps.get("author", {}).get("revision", 0) or 0),
+                            int(old_retry.get("after_revision", 0) or 0))
+        retry_cp = {"count": int(old_retry.get("count", 0) or 0) + 1, "previous": previous,
+                    "reason": truncate(reason, 500), "after_revision": last_revision,
+                    "by": _who(), "at": time.time()}
+        new = rec.model_copy(update={
+            "state": RunState.queued, "phase": Phase.intake, "outcome": None, "reason": None, "attempts": 0,
+            "checkpoints": {"retry": retry_cp}, "last_error": None, "hold_reason": None, "canary_for": None,
+            "parked_until": None, "parked_role": None, "job_id": None, "submit_token": None,
+            # fresh interruptions too: a run ended max_interrupted gets its full allowance again
+            "interruptions": 0, "interrupted_by": {}, "pending_interruption": None, "slurm_restarts": 0})
+        event = Event(run_id=run_id, kind="retried", from_state="ended", to_state="queued", by=_who(),
+                      detail=f"retry {retry_cp['count']} after {previous}" + (f": {reason}" if reason else ""))
+        written = _write_holding_lease(rdir, rec, new, event)
+    return Done(run_id, f"{run_id}: {previous} -> queued with fresh attempts (retry {retry_cp['count']})", written)
+
+
+# ---- abort ---------------------------------------------------------------------------------------
+
+def _scheduler(campaign_dir: Path, campaign):
+    from sweep.scheduler import make_scheduler
+    return make_scheduler(campaign.settings.scheduler, campaign_dir, campaign.job_prefix)
+
+
+def _wait_gone(scheduler, job_id: str, deadline: float) -> tuple[bool, str]:
+    """(True, "") once a successfully read queue no longer lists the job. An unreadable queue is
+    UNKNOWN, never 'gone'."""
+    why = ""
+    while True:
+        snap = scheduler.queue()
+        if snap.known and job_id not in snap.jobs:
+            return True, ""
+        why = f"queue UNKNOWN: {snap.error}" if not snap.known else f"job {job_id} still {snap.jobs[job_id].state}"
+        if time.monotonic() > deadline:
+            return False, why
+        time.sleep(0.5)
+
+
+def abort_run(campaign_dir: Path, run_id: str, *, reason: str | None = None, wait_s: float = 120.0,
+              lock_wait_s: float = LOCK_WAIT_S, scheduler=None) -> Done:
+    """Stop a queued or active run for good: cancel its job, wait until the scheduler no longer
+    lists it (its controller, on SIGTERM, stops its sessions' process groups), reap the dead
+    holder's lease, and end the run `blocked` with reason `aborted`."""
+    from sweep.campaign import load_campaign
+    campaign_dir = Path(campaign_dir).resolve()
+    campaign = load_campaign(campaign_dir)
+    with _TickLock(campaign_dir, lock_wait_s):
+        rdir, rec = _load(campaign_dir, run_id)
+        if rec.state is RunState.ended:
+            ending = rec.outcome.value + (f":{rec.reason}" if rec.reason else "")
+            raise Refused(f"{run_id} has already ended ({ending}); nothing to abort"
+                          + ("" if rec.outcome is Outcome.verified else f" (`sweep retry {run_id}` re-admits it)"))
+        cancelled = ""
+        if rec.state is RunState.active and rec.job_id:
+            sched = scheduler or _scheduler(campaign_dir, campaign)
+            sched.cancel([rec.job_id])
+            append_event(rdir, Event(run_id=run_id, kind="abort_requested", by=_who(),
+                                     detail=f"cancelled job {rec.job_id}" + (f": {reason}" if reason else "")))
+            gone, why = _wait_gone(sched, rec.job_id, time.monotonic() + wait_s)
+            if not gone:
+                raise SweepError(f"cancelled job {rec.job_id}, but after {wait_s:.0f}s it has not left the queue "
+                                 f"({why}); the record is unchanged",
+                                 hint=f"run `sweep abort {run_id}` again once the job is gone")
+            cancelled = f"job {rec.job_id} cancelled; "
+            view = read_lease(rdir)
+            if view is not None:
+                reap_lease(rdir, view)        # its holder is gone: CAS on the exact bytes judged
+            rdir, rec = _load(campaign_dir, run_id)   # the controller may have written on SIGTERM
+            if rec.state is RunState.ended:
+                ending = rec.outcome.value + (f":{rec.reason}" if rec.reason else "")
+                return Done(run_id, f"{run_id}: {cancelled}it ended on its own ({ending}) before the abort "
+                                    "took effect; record left as it is", rec)
+        elif rec.state is RunState.active:
+            raise Refused(f"{run_id} is active without a job id; nothing changed")
+        new = rec.model_copy(update={
+            "state": RunState.ended, "outcome": Outcome.blocked, "reason": ABORT_REASON, "canary_for": None,
+            "hold_reason": None, "parked_until": None, "parked_role": None,
+            "last_error": truncate(f"aborted by {_who()}" + (f": {reason}" if reason else ""), 500)})
+        event = Event(run_id=run_id, kind="ended", from_state=rec.state.value, to_state="ended", by=_who(),
+                      detail=f"blocked:{ABORT_REASON}" + (f": {reason}" if reason else ""))
+        written = _write_holding_lease(rdir, rec, new, event)
+    return Done(run_id, f"{run_id}: {cancelled}ended blocked: {ABORT_REASON}", written)

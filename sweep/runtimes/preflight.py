@@ -1,0 +1,167 @@
+"""Preflight of the agent CLIs a campaign uses: `sweep init` (errors only) and `sweep doctor`.
+
+For each (role, runtime) pair the plan uses with `claude-code` or `codex`:
+- the CLI is found (a missing binary is a config error up front, never an attempt or an outage);
+- it runs INSIDE the sandbox (`--version` through the local provider, with the install dir as its
+  only extra read path): a CLI installed under /tmp, say, is visible on the host and not in there;
+- its version is in the pinned range (outside: a warning, the parser may not know its events);
+- the key family's secret is present (the plan's [secrets] entry, else the caller's environment);
+- doctor only: the model endpoint (base_url) accepts a TCP connection.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+AGENT_RUNTIMES = ("claude-code", "codex")
+DEFAULT_ENDPOINTS = {"claude-code": "https://api.anthropic.com", "codex": "https://api.openai.com/v1"}
+FAMILY_OF = {"claude-code": "anthropic", "codex": "openai"}
+KEY_VARIABLES = {"anthropic": ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN"),
+                 "openai": ("OPENAI_API_KEY", "CODEX_API_KEY")}
+
+
+@dataclass
+class Finding:
+    level: str          # "ok" | "warn" | "error"
+    where: str          # e.g. "defaults.runtimes.author (claude-code)"
+    message: str
+
+
+def _uses(settings, candidates) -> list[tuple[str, str, str, dict]]:
+    """(where, role, runtime, options) for every distinct agent-CLI use in the plan."""
+    seen, out = set(), []
+    # frozen candidates carry their options merged over the defaults: they are what runs
+    sources = ([(f"candidates.{i}", c.options) for i, c in enumerate(candidates)] if candidates
+               else [("defaults", settings.defaults)])
+    for where, opts in sources:
+        for role in ("author", "reviewer", "solver"):
+            runtime = getattr(opts.runtimes, role)
+            if runtime not in AGENT_RUNTIMES:
+                continue
+            options = dict(opts.runtime_options.get(role, {}))
+            key = (role, runtime, repr(sorted(options.items())))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append((f"{where}.runtimes.{role} ({runtime})", role, runtime, options))
+    return out
+
+
+def _module(runtime: str):
+    if runtime == "claude-code":
+        from sweep.runtimes import claude_code as mod
+        return mod, mod.find_binary, mod.install_root
+    from sweep.runtimes import codex as mod
+    return mod, mod.native_binary, mod.package_root
+
+
+def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sandbox: bool = True,
+                         roles_dir: Path | None = None) -> list[Finding]:
+    """Findings for every agent-CLI use; `roles_dir` holds the manifests in force (default: the
+    shipped ones, which `init` copies), so a runtime that cannot honour a role is caught here."""
+    from roles import load_manifest, shipped_manifests_dir
+    from runstate.errors import ConfigError
+    from sweep.runtimes import check_runtime_supports, get_runtime
+    findings: list[Finding] = []
+    manifests = Path(roles_dir) if roles_dir is not None else shipped_manifests_dir()
+    for where, role, runtime, options in _uses(settings, candidates):
+        mod, find, root_of = _module(runtime)
+        try:
+            get_runtime(runtime).check_options(options)
+            path = manifests / f"{role}.toml"
+            spec = load_manifest(path) if path.is_file() else None
+            if spec is not None:
+                check_runtime_supports(spec, runtime, options)
+        except ConfigError as exc:
+            findings.append(Finding("error", where, f"{exc}"))
+            continue
+        if spec is not None and spec.key_family != FAMILY_OF[runtime]:
+            # at init the shipped manifest is checked, which the operator may still edit in the
+            # campaign's roles/: a warning there, an error for the manifests in force (doctor)
+            findings.append(Finding("error" if roles_dir is not None else "warn", where,
+                                    f"{runtime} needs key_family = \"{FAMILY_OF[runtime]}\" but role {role} has "
+                                    f"\"{spec.key_family}\" (edit roles/{role}.toml of the campaign)"))
+        binary = options.get("binary", mod.DEFAULTS["binary"])
+        exe = find(binary)
+        if exe is None:
+            findings.append(Finding("error", where, f"the {runtime} CLI ({binary!r}) is not installed; "
+                                    f"npm install -g {'@anthropic-ai/claude-code' if runtime == 'claude-code' else '@openai/codex'}"
+                                    f"@{mod.PINNED_VERSION}"))
+            continue
+        version_text, why = _version_in_sandbox(exe, root_of(exe)) if sandbox else _version_on_host(exe)
+        if version_text is None:
+            findings.append(Finding("error", where, f"{exe} does not run inside the sandbox: {why}"))
+            continue
+        got = _parse_version(version_text)
+        low, high = mod.SUPPORTED_RANGE
+        if got is None or not (low <= got < high):
+            findings.append(Finding("warn", where, f"{runtime} version {version_text.strip()[:60]!r} is outside the "
+                                    f"tested range {'.'.join(map(str, low))} to <{'.'.join(map(str, high))} "
+                                    f"(pinned {mod.PINNED_VERSION}); its events may not parse"))
+        else:
+            findings.append(Finding("ok", where, f"{runtime} {'.'.join(map(str, got))} runs in the sandbox ({exe})"))
+        family = FAMILY_OF[runtime]
+        secret = (getattr(settings, "secrets", None) or {}).get(family)
+        if secret is not None and secret.file is not None:
+            ok = os.path.isfile(secret.file) and os.access(secret.file, os.R_OK)
+            findings.append(Finding("ok" if ok else "error", where, f"secret for {family}: file {secret.file} "
+                                    + ("readable" if ok else "missing or unreadable")))
+        elif secret is not None and secret.env is not None:
+            ok = bool(os.environ.get(secret.env))
+            findings.append(Finding("ok" if ok else "error", where,
+                                    f"secret for {family}: ${secret.env} " + ("set" if ok else "is not set")))
+        else:
+            present = [v for v in KEY_VARIABLES[family] if os.environ.get(v)]
+            findings.append(Finding("ok" if present else "warn", where,
+                                    f"secret for {family}: " + (f"${present[0]} set in this environment" if present else
+                                                                f"no [secrets].{family} in the plan and none of "
+                                                                f"{', '.join(KEY_VARIABLES[family])} set here")))
+        if reach:
+            url = options.get("base_url") or DEFAULT_ENDPOINTS[runtime]
+            findings.append(_reachable(where, url))
+    return findings
+
+
+def _parse_version(text: str):
+    import re
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text or "")
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def _version_on_host(exe: str) -> tuple[str | None, str]:
+    import subprocess
+    try:
+        done = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    return (done.stdout, "") if done.returncode == 0 else (None, (done.stderr or done.stdout).strip()[-200:])
+
+
+def _version_in_sandbox(exe: str, install_root: Path) -> tuple[str | None, str]:
+    from sweep.providers.base import ExecSpec
+    from sweep.providers.local import LocalProvider
+    provider = LocalProvider(isolation="auto")
+    with tempfile.TemporaryDirectory(prefix="sweep-doctor-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None) as tmp:
+        out, err = Path(tmp) / "out", Path(tmp) / "err"
+        result = provider.run(ExecSpec(argv=[exe, "--version"], cwd=Path(tmp), timeout_s=60,
+                                       read_paths=(install_root,), network=False, stdout_path=out, stderr_path=err))
+    if result.launch_error:
+        return None, result.launch_error
+    if result.rc != 0:
+        return None, f"exited {result.rc}: {(result.stderr_tail or result.stdout_tail).strip()[-200:]}"
+    return result.stdout_tail, ""
+
+
+def _reachable(where: str, url: str) -> Finding:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return Finding("ok", where, f"endpoint {host}:{port} accepts connections")
+    except OSError as exc:
+        return Finding("error", where, f"endpoint {host}:{port} is unreachable: {exc.strerror or exc}")

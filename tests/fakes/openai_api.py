@@ -1,0 +1,149 @@
+"""A FAKE OpenAI Responses API (SSE streaming), for driving the real `codex` CLI in tests.
+
+`POST /<route>/v1/responses` with `stream: true` is answered with `response.created`,
+`response.output_item.done` (a message or a function call) and `response.completed` (with token
+usage) events. As in anthropic_api.py, the step is computed from the request itself: the number of
+function-call outputs already in its `input`, so no per-session state is kept. Steps:
+`call(name, arguments)` (a function call of one of the tools the request offers), `say(text)`
+(a final message). A script may fail every request (`error=(status, code, message)`) or stall.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+
+@dataclass
+class Script:
+    steps: list[dict] = field(default_factory=list)
+    error: tuple[int, str, str] | None = None
+    stall: bool = False
+    usage: dict = field(default_factory=lambda: {"input_tokens": 2000, "output_tokens": 300})
+    dynamic: Callable[[dict, int], dict] | None = None
+
+
+def call(name: str, arguments: dict) -> dict:
+    return {"kind": "call", "name": name, "arguments": arguments}
+
+
+def say(message: str) -> dict:
+    return {"kind": "text", "text": message}
+
+
+def _sse(data: dict) -> bytes:
+    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self.scripts: dict[str, Script] = {}
+        self.requests: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._json(404, {"error": {"message": "not here", "type": "invalid_request_error"}})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {}
+                fake._handle(self, body)
+
+            def _json(self, status: int, obj: dict) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def url(self, route: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{route}/v1"
+
+    def script(self, route: str, script: Script) -> str:
+        self.scripts[route] = script
+        return self.url(route)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handle(self, h, body: dict) -> None:
+        parts = h.path.split("?", 1)[0].strip("/").split("/")
+        route = parts[0]
+        items = body.get("input") or []
+        step = sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call_output")
+        tools = [t.get("name") or t.get("type") for t in body.get("tools") or [] if isinstance(t, dict)]
+        record = {"route": route, "path": h.path, "step": step, "tools": tools, "input": items,
+                  "instructions": body.get("instructions"), "text": body.get("text"), "model": body.get("model"),
+                  "auth": bool(h.headers.get("Authorization")), "at": time.time()}
+        with self._lock:
+            self.requests.append(record)
+        script = self.scripts.get(route)
+        if script is None:
+            return h._json(404, {"error": {"message": f"no script for {route}", "type": "invalid_request_error"}})
+        if script.stall:
+            self._stop.wait(3600)
+            return
+        if script.error is not None:
+            status, code, message = script.error
+            return h._json(status, {"error": {"message": message, "type": code, "code": code}})
+        if script.dynamic is not None:
+            answer = script.dynamic(record, step)
+        elif step < len(script.steps):
+            answer = script.steps[step]
+        else:
+            answer = say("done")
+        self._stream(h, body, answer, script.usage)
+
+    def _stream(self, h, body: dict, answer: dict, usage: dict) -> None:
+        rid = f"resp_{uuid.uuid4().hex[:16]}"
+        if answer["kind"] == "text":
+            item = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:12]}", "role": "assistant", "status": "completed",
+                    "content": [{"type": "output_text", "text": answer["text"], "annotations": []}]}
+        else:
+            item = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:12]}", "status": "completed",
+                    "call_id": f"call_{uuid.uuid4().hex[:12]}", "name": answer["name"],
+                    "arguments": json.dumps(answer["arguments"])}
+        response = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "in_progress",
+                    "model": body.get("model") or "gpt-5", "output": []}
+        done = {**response, "status": "completed", "output": [item], "usage": {
+            "input_tokens": usage["input_tokens"], "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": usage["output_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage["input_tokens"] + usage["output_tokens"]}}
+        out = [_sse({"type": "response.created", "response": response}),
+               _sse({"type": "response.output_item.added", "output_index": 0, "item": item}),
+               _sse({"type": "response.output_item.done", "output_index": 0, "item": item}),
+               _sse({"type": "response.completed", "response": done})]
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Connection", "close")
+        h.end_headers()
+        try:
+            h.wfile.write(b"".join(out))
+            h.wfile.flush()
+        except OSError:
+            pass
+        h.close_connection = True

@@ -1,0 +1,125 @@
+"""The import graph: no circle, and nothing imports upward (docs/architecture.md, "Packages").
+
+Every import counts, including the lazy ones inside functions: a lazy import hides a circle from
+the interpreter, not from a reader.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OURS = ("sweep", "runstate", "roles")
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for top in OURS:
+        for path in (REPO / top).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            mods[name] = path
+    return mods
+
+
+MODULES = _modules()
+
+
+def _owner(name: str) -> str | None:
+    """The module of ours that `name` (a module or a module.attribute) is, or lives in."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES]
+            # `from pkg import submodule` is an edge to the submodule, not to pkg's other contents
+            found.update(subs if len(subs) == len(node.names) else [base, *subs])
+    owners = {_owner(f) for f in found if f.split(".")[0] in OURS}
+    return {o for o in owners if o and o != name and not name.startswith(o + ".")}
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:          # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_checker_sees_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert "sweep.controller.context" in GRAPH["sweep.controller.phases"]
+
+
+def test_no_import_circle():
+    assert _cycles(GRAPH) == []
+
+
+def test_controller_phases_and_driver_share_a_context_not_each_other():
+    assert "sweep.controller.pipeline" not in GRAPH["sweep.controller.phases"]
+    assert "sweep.controller.phases" not in GRAPH["sweep.controller.context"]
+    assert "sweep.controller.pipeline" not in GRAPH["sweep.controller.context"]
+
+
+def _violations(prefix: str, allowed: tuple[str, ...]) -> list[str]:
+    return [f"{m} imports {d}" for m, deps in sorted(GRAPH.items()) if m == prefix or m.startswith(prefix + ".")
+            for d in sorted(deps) if not any(d == a or d.startswith(a + ".") for a in allowed)]
+
+
+def test_lower_layers_do_not_import_upward():
+    assert _violations("runstate", ("runstate",)) == []
+    assert _violations("roles", ("roles", "runstate")) == []
+
+
+def test_harbor_uses_only_the_provider_contract():
+    """The task-bundle code runs trials through the Provider protocol, never a concrete provider."""
+    assert _violations("sweep.harbor", ("runstate", "roles", "sweep.harbor", "sweep.tree", "sweep.git",
+                                        "sweep.providers.base")) == []
+    assert not [d for m, deps in GRAPH.items() if m.startswith("sweep.harbor")
+                for d in deps if d.startswith("sweep.providers") and d != "sweep.providers.base"]
+
+
+def test_shared_utilities_are_stdlib_only():
+    for name in ("sweep.tree", "sweep.proc", "sweep.git", "runstate.atomic"):
+        assert GRAPH[name] <= {"runstate.atomic"}, (name, GRAPH[name])

@@ -1,0 +1,275 @@
+"""Reliability under faults, on the real throwaway Slurm cluster (issue 13).
+
+Each test puts the real slurmctld, sbatch and squeue into the fault it is about: a SIGSTOPped
+slurmctld so that sbatch gets no answer, a job of ours that no lease knows (a ghost), a lease left
+in a tombstone by a kill inside the hand-over, a lane whose partition does not exist.
+"""
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from runstate import load_record, run_dir
+from runstate.lease import acquire_lease, read_lease
+from runstate.models import RunState
+from sweep.campaign import load_campaign
+from sweep.scheduler import make_scheduler
+from sweep.tick import run_tick
+from tests.campaigns import payload_plan, status_json, sweep, write_plan
+
+pytestmark = pytest.mark.slurm
+
+LANES = {"cpu": {"partition": "cpu", "time": "10"}, "gpu": {"partition": "gpu", "time": "10"}}
+
+
+def _init(tmp_path, plan, env, name="camp"):
+    path = write_plan(tmp_path / f"{name}.json", plan)
+    d = tmp_path / name
+    sweep("init", str(path), "--campaign", str(d), env=env)
+    return d
+
+
+def _live(cluster, prefix):
+    out = cluster.run("squeue", "--me", "-h", "-o", "%i|%j|%T").stdout
+    rows = [line.split("|") for line in out.splitlines() if line]
+    return [r for r in rows if r[1].startswith(prefix) and r[2] not in ("COMPLETED", "CANCELLED", "FAILED")]
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _cancel_all(cluster, prefix):
+    ids = [r[0] for r in _live(cluster, prefix)]
+    if ids:
+        cluster.run("scancel", *ids, check=False)
+
+
+class StallDuringSubmit:
+    """The real Slurm scheduler, with slurmctld SIGSTOPped for `stall_s` from the moment sbatch runs."""
+
+    def __init__(self, inner, pid: int, stall_s: float):
+        self.inner, self.pid, self.stall_s = inner, pid, stall_s
+        self.name = inner.name
+        self.resumed = threading.Event()
+
+    def queue(self):
+        return self.inner.queue()
+
+    def capacity(self):
+        return self.inner.capacity()
+
+    def cancel(self, ids):
+        return self.inner.cancel(ids)
+
+    def submit(self, job):
+        os.kill(self.pid, signal.SIGSTOP)
+
+        def resume():
+            time.sleep(self.stall_s)
+            os.kill(self.pid, signal.SIGCONT)
+            self.resumed.set()
+        threading.Thread(target=resume, daemon=True).start()
+        return self.inner.submit(job)
+
+
+def test_a_timed_out_sbatch_keeps_its_lease_and_the_job_is_adopted_not_submitted_twice(
+        slurm_cluster, tmp_path, monkeypatch):
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    plan = payload_plan(1, backend="slurm", max_parallel=3,
+                        scheduler={"lanes": LANES, "call_timeout_seconds": 30},
+                        tick={"uncertain_submit_s": 300})
+    d = _init(tmp_path, plan, env)
+    (d / "payload.json").write_text(json.dumps({"hang": True}))
+    c = load_campaign(d)
+    rdir = run_dir(d, "pr-000")
+    stalled = StallDuringSubmit(make_scheduler(c.settings.scheduler, d, c.job_prefix),
+                                slurm_cluster.pids["slurmctld"], stall_s=13)
+    try:
+        outcome = run_tick(d, scheduler=stalled)
+        # Slurm's own MessageTimeout (10 s) fires first: "Socket timed out on send/recv operation"
+        assert any(a["kind"] == "submit_uncertain" for a in outcome.report.actions), outcome.report.actions
+        rec = load_record(rdir).value
+        lease = read_lease(rdir).lease
+        assert rec.state is RunState.queued and rec.submitting_since is not None
+        assert lease is not None and lease.token == rec.submit_token and lease.job_id is None
+        assert "submit_uncertain" in (rdir / "events.jsonl").read_text()
+    finally:
+        stalled.resumed.wait(30)
+        os.kill(slurm_cluster.pids["slurmctld"], signal.SIGCONT)
+    try:
+        # the job slurmctld created when it resumed carries the token: the next tick adopts it
+        for _ in range(40):
+            sweep("tick", "--campaign", str(d), env=env)
+            rec = load_record(rdir).value
+            if rec.state is RunState.active:
+                break
+            time.sleep(0.5)
+        assert rec.state is RunState.active and rec.submitting_since is None, rec
+        assert rec.submit_token == lease.token
+        for _ in range(3):     # and never a second job for the run
+            sweep("tick", "--campaign", str(d), env=env)
+            assert len(_live(slurm_cluster, c.job_prefix)) == 1, _live(slurm_cluster, c.job_prefix)
+        events = (rdir / "events.jsonl").read_text()
+        assert "adopted" in events
+    finally:
+        _cancel_all(slurm_cluster, c.job_prefix)
+
+
+def test_an_uncertain_submission_is_given_up_after_its_bound_and_the_run_admitted_again(
+        slurm_cluster, tmp_path):
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    plan = payload_plan(1, backend="slurm", scheduler={"lanes": LANES}, tick={"uncertain_submit_s": 2})
+    d = _init(tmp_path, plan, env)
+    (d / "payload.json").write_text(json.dumps({"hang": True}))
+    c = load_campaign(d)
+    rdir = run_dir(d, "pr-000")
+    # what an sbatch that never reached slurmctld leaves: a tick-held lease + the submitting mark
+    token = "0123456789ab"
+    acquire_lease(rdir, run_id="pr-000", token=token, holder="tick")
+    from runstate import save_record
+    rec = load_record(rdir).value
+    save_record(rdir, rec.model_copy(update={"submit_token": token, "submitting_since": time.time(),
+                                             "last_error": "sbatch uncertain: Socket timed out"}))
+    try:
+        sweep("tick", "--campaign", str(d), env=env)
+        st = status_json(d, env=env)
+        assert "waiting out the submit grace" in st["held"][0]["reason"], st["held"]
+        assert read_lease(rdir).lease.token == token and _live(slurm_cluster, c.job_prefix) == []
+        time.sleep(2.5)
+        sweep("tick", "--campaign", str(d), env=env)       # bound passed: given up
+        assert read_lease(rdir) is None
+        assert "submission_given_up" in (rdir / "events.jsonl").read_text()
+        sweep("tick", "--campaign", str(d), env=env)       # admitted afresh
+        rec = load_record(rdir).value
+        assert rec.state is RunState.active and rec.submit_token != token
+    finally:
+        _cancel_all(slurm_cluster, c.job_prefix)
+
+
+def test_a_ghost_job_counts_against_max_parallel_and_is_cancelled_after_the_grace(slurm_cluster, tmp_path):
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    plan = payload_plan(2, backend="slurm", max_parallel=1, scheduler={"lanes": LANES},
+                        tick={"ghost_grace_s": 3})
+    d = _init(tmp_path, plan, env)
+    (d / "payload.json").write_text(json.dumps({"hang": True}))
+    c = load_campaign(d)
+    ghost_name = f"{c.job_prefix}deadbeef0000.pr-000"
+    ghost = slurm_cluster.run("sbatch", "--parsable", f"--job-name={ghost_name}", "--partition=cpu",
+                              "--output=/dev/null", "--wrap=sleep 300").stdout.strip()
+    try:
+        _wait(lambda: _live(slurm_cluster, c.job_prefix), 10, "the ghost in squeue")
+        out = sweep("tick", "--campaign", str(d), env=env).stdout
+        assert "ghost" in out, out
+        st = status_json(d, env=env)
+        assert st["counts"]["active"] == 0, "a ghost takes the only slot"
+        assert [g["job_id"] for g in st["tick"]["ghosts"]] == [ghost]
+        assert any("max_parallel 1" in h["reason"] for h in st["held"]), st["held"]
+        assert "ghost job" in sweep("status", "--campaign", str(d), env=env).stdout
+        time.sleep(3.2)
+        sweep("tick", "--campaign", str(d), env=env)
+        tick = json.loads((d / "tick.json").read_text())
+        assert any(a["kind"] == "cancel_ghost" and ghost in a["detail"] for a in tick["actions"])
+        assert "ghost_cancelled" in (run_dir(d, "pr-000") / "events.jsonl").read_text()
+        _wait(lambda: ghost not in [r[0] for r in _live(slurm_cluster, c.job_prefix)], 20, "scancel")
+        sweep("tick", "--campaign", str(d), env=env)
+        assert status_json(d, env=env)["counts"]["active"] == 1
+        live = _live(slurm_cluster, c.job_prefix)
+        assert len(live) == 1 and live[0][0] != ghost
+    finally:
+        _cancel_all(slurm_cluster, c.job_prefix)
+
+
+def test_a_tick_killed_inside_the_hand_over_leaves_a_lease_the_next_tick_restores_and_adopts(
+        slurm_cluster, tmp_path):
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    d = _init(tmp_path, payload_plan(1, backend="slurm", scheduler={"lanes": LANES},
+                                     tick={"ghost_grace_s": 0}), env)
+    c = load_campaign(d)
+    rdir = run_dir(d, "pr-000")
+    token = "abcdef012345"
+    acquire_lease(rdir, run_id="pr-000", token=token, holder="tick")
+    job = slurm_cluster.run("sbatch", "--parsable", f"--job-name={c.job_prefix}{token}.pr-000",
+                            "--partition=cpu", "--output=/dev/null", "--wrap=sleep 300").stdout.strip()
+    # killed between the hand-over's rename and its link: no lease.json, the lease in a tombstone
+    tomb = rdir / ".lease.json.tomb.host.1.x"
+    os.rename(rdir / "lease.json", tomb)
+    os.utime(tomb, (time.time() - 60, time.time() - 60))
+    try:
+        _wait(lambda: _live(slurm_cluster, c.job_prefix), 10, "the job in squeue")
+        for _ in range(3):
+            sweep("tick", "--campaign", str(d), env=env)
+        rec = load_record(rdir).value
+        assert rec.state is RunState.active and rec.job_id == job, rec
+        assert [r[0] for r in _live(slurm_cluster, c.job_prefix)] == [job]
+        assert not [n for n in os.listdir(rdir) if ".tomb." in n or ".new." in n]
+        events = (rdir / "events.jsonl").read_text()
+        assert "lease_strays" in events and "adopted" in events
+    finally:
+        _cancel_all(slurm_cluster, c.job_prefix)
+
+
+def test_a_failing_lane_backs_off_while_the_other_lane_keeps_admitting(slurm_cluster, tmp_path):
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    lanes = {"cpu": {"partition": "no-such-partition"}, "gpu": {"partition": "gpu", "time": "10"}}
+    plan = payload_plan(5, gpus={3: 1, 4: 1}, backend="slurm", max_parallel=3,
+                        scheduler={"lanes": lanes}, tick={"lane_backoff_s": 10, "lane_backoff_max_s": 60})
+    d = _init(tmp_path, plan, env)
+    (d / "payload.json").write_text(json.dumps({"hang": True}))
+    c = load_campaign(d)
+    try:
+        sweep("tick", "--campaign", str(d), env=env)
+        tick = json.loads((d / "tick.json").read_text())
+        assert [a["kind"] for a in tick["actions"]].count("submit_failed") == 1, tick["actions"]
+        sweep("tick", "--campaign", str(d), env=env)       # cpu lane backing off: the gpu runs go
+        st = status_json(d, env=env)
+        assert sorted(a["run_id"] for a in st["active"]) == ["pr-003", "pr-004"], st
+        lane = st["lanes_backing_off"][0]
+        assert lane["lane"] == "cpu" and lane["failures"] == 1
+        assert "Invalid partition name specified" in lane["message"], lane
+        text = sweep("status", "--campaign", str(d), env=env).stdout
+        line = next(x for x in text.splitlines() if "slurm said" in x)
+        assert line.rstrip().endswith("Invalid partition name specified"), line
+        assert any("lane cpu backing off" in h["reason"] for h in st["held"]), st["held"]
+        time.sleep(max(0.0, lane["left_s"]) + 0.3)
+        sweep("tick", "--campaign", str(d), env=env)       # one probe, refused again: 20 s now
+        tick = json.loads((d / "tick.json").read_text())
+        assert [a["kind"] for a in tick["actions"]].count("submit_failed") == 1
+        lane = status_json(d, env=env)["lanes_backing_off"][0]
+        assert lane["failures"] == 2 and 12 < lane["left_s"] <= 20.0, lane
+    finally:
+        _cancel_all(slurm_cluster, c.job_prefix)
+
+
+def test_every_queued_run_has_a_reason_with_max_gpu_parallel_zero(slurm_cluster, tmp_path):
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    plan = payload_plan(3, gpus={0: 2}, backend="slurm", max_parallel=1, max_gpu_parallel=0,
+                        scheduler={"lanes": LANES})
+    d = _init(tmp_path, plan, env)
+    (d / "payload.json").write_text(json.dumps({"hang": True}))
+    c = load_campaign(d)
+    try:
+        sweep("tick", "--campaign", str(d), env=env)
+        st = status_json(d, env=env)
+        reasons = {h["run_id"]: h["reason"] for h in st["held"]}
+        assert set(reasons) == {"pr-000", "pr-002"}, reasons
+        assert reasons["pr-000"] == "needs 2 GPUs and max_gpu_parallel is 0"
+        assert "limit reached: max_parallel 1" in reasons["pr-002"]
+        text = sweep("status", "--campaign", str(d), env=env).stdout
+        assert "needs 2 GPUs and max_gpu_parallel is 0" in text and "max_parallel 1" in text
+        sweep("drain", "--campaign", str(d), env=env)
+        sweep("tick", "--campaign", str(d), env=env)
+        reasons = {h["run_id"]: h["reason"] for h in status_json(d, env=env)["held"]}
+        assert reasons["pr-002"].startswith("draining"), reasons
+    finally:
+        _cancel_all(slurm_cluster, c.job_prefix)

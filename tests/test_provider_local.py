@@ -2,7 +2,6 @@
 bubblewrap walls, isolation settings, and the redactor."""
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys

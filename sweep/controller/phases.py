@@ -125,9 +125,10 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     # A runtime that cannot measure its cost (the command runtime) reports None: the session is
     # charged its whole reservation, never $0, or a campaign cap would not bind such runtimes.
     ctx.budget.settle(op_id, result.cost_usd)
+    sandbox = f" [isolation {result.isolation}, network {result.network}]"
     ctx.event("session_done", phase=ctx.record.phase.value,
-              detail=f"{op_id}: {result.status} [isolation {result.isolation}, network {result.network}]" + (f" ({result.failure_class}: {result.reason or ''} "
-                                                   f"{result.evidence[:200]})" if not result.ok else ""))
+              detail=f"{op_id}: {result.status}{sandbox}" + (f" ({result.failure_class}: {result.reason or ''} "
+                                                            f"{result.evidence[:200]})" if not result.ok else ""))
     if result.ok:
         clear_cooldown_after_success(ctx, role)
         return result

@@ -6,7 +6,6 @@ real sandbox. Each test checks one attack failed AND the trial still reached its
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -37,7 +36,8 @@ class LooksAround(unittest.TestCase):
 def gate_trial(targets):
     src = make_verified_pr(targets.root / "repos", "hostile",
                            extra_files={"tests/hostile_probe.py": HOSTILE.read_text(),
-                                        "tests/test_attack.py": WRAPPER.format(arg=json.dumps(targets.argv_json(own_run="gate")))})
+                                        "tests/test_attack.py":
+                                            WRAPPER.format(arg=json.dumps(targets.argv_json(own_run="gate")))})
     run = targets.campaign / "runs" / "gate"
     bundle = run / "task"
     bundle.mkdir(parents=True)

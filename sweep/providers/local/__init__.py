@@ -5,7 +5,8 @@ Guarantees of `LocalProvider.run` (the same for role sessions and for task trial
   HOME and TMPDIR private to the run, the names in `env_passthrough` (a role's key family) when
   the caller has them, the spec's own non-secret variables, and secrets read from their files at
   launch. Nothing else from the caller's environment reaches the child.
-- stdin is closed (or a file, `stdin_path`); the walltime is enforced from outside (TERM, grace, KILL on the process group).
+- stdin is closed (or a file, `stdin_path`); the walltime is enforced from outside (TERM, grace,
+  KILL on the process group).
 - isolation "bwrap" (the default): an allowlist view of the host (see bwrap.py: system toolchain,
   minimal /etc, sweep's runtime, the declared read paths read-only; only `write_paths` writable;
   private /tmp and HOME; its own pid, ipc, uts and network namespaces; no capabilities) and the

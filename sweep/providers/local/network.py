@@ -149,7 +149,7 @@ class HostRelay:
     def __init__(self, endpoints: list[Endpoint]) -> None:
         self.endpoints = endpoints
         self.dir = Path(tempfile.mkdtemp(prefix="sweep-net-"))
-        os.chmod(self.dir, 0o755)   # the sandbox's root (possibly mapped) must traverse it
+        os.chmod(self.dir, 0o755)   # noqa: S103 - the sandbox (possibly another uid) must traverse it
         self._closed = threading.Event()
         self._listeners: list[socket.socket] = []
         self._conns: list[socket.socket] = []

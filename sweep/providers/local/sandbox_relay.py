@@ -115,7 +115,7 @@ def main(argv):
     for listener, _ in listeners:
         listener.close()
     _drop_capabilities()
-    os.execvp(program[0], program)
+    os.execvp(program[0], program)   # noqa: S606 - argv as given, never a shell
 
 
 if __name__ == "__main__":

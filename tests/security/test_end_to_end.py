@@ -1,0 +1,54 @@
+"""Whole runs through the real controller (local scheduler, real sandbox), campaign outside /tmp:
+a PR whose tests attack the host at gate time still ends verified with nothing leaked, and a
+solver that leaves a FIFO in its repository ends its rollout with the reason instead of crashing
+the controller."""
+from __future__ import annotations
+
+import json
+import sys
+
+from runstate.models import Outcome
+from sweep.harbor.samples import make_verified_pr
+from tests.campaigns import sweep, tick_until_done, write_plan
+from tests.fakes.runs import candidate, events, local_plan, record
+from tests.security.conftest import HOSTILE
+from tests.security.test_gate import WRAPPER
+
+FIFO_SOLVER = "import os, sys\nos.mkfifo(os.path.join(sys.argv[1], 'repo', 'pipe'))\n"
+
+
+def test_a_hostile_pr_ends_verified_and_leaks_nothing(targets):
+    root = targets.root / "e2e-hostile"
+    src = make_verified_pr(root / "repos", "hostile", extra_files={
+        "tests/hostile_probe.py": HOSTILE.read_text(),
+        "tests/test_attack.py": WRAPPER.format(arg=json.dumps(targets.argv_json(own_run="hostile")))})
+    camp = targets.campaign.parent / "e2e-campaign"
+    plan = local_plan([candidate("hostile", src)])
+    sweep("init", str(write_plan(root.with_suffix(".plan.json"), plan)), "--campaign", str(camp))
+    tick_until_done(camp, timeout=240)
+    rec = record(camp, "hostile")
+    assert rec.outcome is Outcome.verified, (rec.reason, rec.last_error)
+    assert targets.canary_found_under(camp) == []
+    assert targets.nothing_connected()
+    gates = json.loads((camp / "runs" / "hostile" / "evidence" / "gates-r0001.json").read_text())
+    assert gates["isolation"] == "bwrap" and gates["passed"] is True
+
+
+def test_a_fifo_left_by_the_solver_ends_the_rollout_with_the_reason(targets):
+    root = targets.root / "e2e-fifo"
+    root.mkdir()
+    script = root / "fifo_solver.py"
+    script.write_text(FIFO_SOLVER)
+    src = make_verified_pr(root / "repos", "mathx")
+    solver = {"argv": [sys.executable, str(script), "{workspace}", "{tools}", "{max_turns}", "{cost_cap_usd}"],
+              "network": "none"}
+    plan = local_plan([candidate("fifo", src, runtimes={"solver": "command"}, runtime_options={"solver": solver})])
+    camp = targets.campaign.parent / "e2e-fifo-campaign"
+    sweep("init", str(write_plan(root / "plan.json", plan)), "--campaign", str(camp))
+    tick_until_done(camp, timeout=240)
+    rec = record(camp, "fifo")
+    assert rec.outcome is Outcome.verified, (rec.reason, rec.last_error)     # as without the FIFO
+    solve = json.loads((camp / "runs" / "fifo" / "evidence" / "solve-r0001.json").read_text())
+    rollout = solve["rollouts"][0]
+    assert rollout["reward"] is None and rollout["detail"] == "unsafe_workspace", rollout
+    assert not [e for e in events(camp, "fifo") if e["kind"] == "attempt_failed"]

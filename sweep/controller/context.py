@@ -79,6 +79,7 @@ class Ctx:
     lease_lost: bool = False
     interrupting: bool = False
     roles_cache: tuple[dict[str, Any], dict[str, str]] | None = field(default=None, repr=False)
+    provider_cache: Any = field(default=None, repr=False)   # the sandbox provider, probed once per job
 
     def say(self, text: str) -> None:
         text = textsafe.line(Redactor().scrub(text))     # controller.out is read on a terminal

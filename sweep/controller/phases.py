@@ -33,15 +33,15 @@ _PHASE_ROLE = {Phase.author: "author", Phase.review: "reviewer", Phase.solve: "s
 
 def _provider(ctx: Ctx):
     from sweep.providers import get_provider
-    if "provider" not in ctx.extra:
+    if ctx.provider_cache is None:
         try:
-            ctx.extra["provider"] = get_provider(_options(ctx).provider,
-                                                 isolation=getattr(ctx.campaign.settings, "isolation", "bwrap"))
+            ctx.provider_cache = get_provider(_options(ctx).provider,
+                                              isolation=getattr(ctx.campaign.settings, "isolation", "bwrap"))
         except (ConfigError, ProviderError) as exc:
             # nothing may run unsandboxed by accident: the run parks with the reason, every role
             raise Park(_PHASE_ROLE.get(ctx.record.phase, "author"), "outage", f"configuration error: {exc}",
                        also=tuple(_PHASE_ROLE.values())) from None
-    return ctx.extra["provider"]
+    return ctx.provider_cache
 
 
 def _limits(ctx: Ctx):

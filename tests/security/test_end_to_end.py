@@ -32,6 +32,8 @@ def test_a_hostile_pr_ends_verified_and_leaks_nothing(targets):
     assert targets.nothing_connected()
     gates = json.loads((camp / "runs" / "hostile" / "evidence" / "gates-r0001.json").read_text())
     assert gates["isolation"] == "bwrap" and gates["passed"] is True
+    shown = sweep("show", "hostile", "--campaign", str(camp)).stdout
+    assert "isolation bwrap  network none" in shown and "UNSANDBOXED" not in shown
 
 
 def test_a_fifo_left_by_the_solver_ends_the_rollout_with_the_reason(targets):

@@ -132,6 +132,14 @@ class Parsed:
     report: dict | None = None
 
 
+def endpoint_of(url: str) -> str:
+    """The HOST:PORT a session in network "api" must reach for a model API's base URL."""
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"
+
+
 class SessionRuntime(Protocol):
     name: str
 

@@ -44,7 +44,8 @@ from pathlib import Path
 
 from runstate.errors import ConfigError
 from roles.spec import tool_base
-from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
+from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
+                                 endpoint_of)
 
 # The CLI versions sweep's flag mapping and stream parser were tested with (tests/fixtures/streams).
 PINNED_VERSION = "2.1.197"
@@ -133,10 +134,7 @@ def tools_flags(tools: list[str]) -> tuple[str, str]:
 
 def api_endpoint(base_url: str | None) -> str:
     """The one HOST:PORT a session in network "api" may reach: the model API's (docs/security.md)."""
-    from urllib.parse import urlsplit
-    parts = urlsplit(base_url or "https://api.anthropic.com")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.hostname}:{port}"
+    return endpoint_of(base_url or "https://api.anthropic.com")
 
 
 class ClaudeCodeRuntime:
@@ -188,7 +186,8 @@ class ClaudeCodeRuntime:
         if opts.get("base_url"):
             env["ANTHROPIC_BASE_URL"] = opts["base_url"]
         return Invocation(argv=argv, env=env, read_paths=[files.instructions, install_root(exe)],
-                          network="api", endpoints=[api_endpoint(opts.get("base_url"))], stdin_path=files.prompt, state_paths=[config_dir],
+                          network="api", endpoints=[api_endpoint(opts.get("base_url"))], stdin_path=files.prompt,
+                          state_paths=[config_dir],
                           sandbox_env={"IS_SANDBOX": "1"}, idle_timeout_s=float(opts["stall_s"]))
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runstate.errors import ConfigError
-from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
+from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
+                                 endpoint_of)
 from sweep.runtimes.claude_code import _URL_RE, _MODEL_RE, class_of_status, find_binary
 
 PINNED_VERSION = "0.171.0"
@@ -182,7 +183,8 @@ class CodexRuntime:
         watch = CodexWatch(role.budget.max_turns, role.budget.cost_cap_usd, opts.get("prices"))
         return Invocation(argv=[exe, *common, "-s", "danger-full-access", "-"], env={"CODEX_HOME": str(home)},
                           unsandboxed_argv=[exe, *common, "-s", own_sandbox, "-"], read_paths=read_paths,
-                          network=True, stdin_path=stdin_file, state_paths=[home],
+                          network="api", endpoints=[endpoint_of(opts.get("base_url") or "https://api.openai.com")],
+                          stdin_path=stdin_file, state_paths=[home],
                           idle_timeout_s=float(opts["stall_s"]), stdout_watch=watch.feed)
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:

@@ -144,7 +144,11 @@ def _version_on_host(exe: str) -> tuple[str | None, str]:
 def _version_in_sandbox(exe: str, install_root: Path) -> tuple[str | None, str]:
     from sweep.providers.base import ExecSpec
     from sweep.providers.local import LocalProvider
-    provider = LocalProvider(isolation="auto")
+    from runstate.errors import ProviderError
+    try:
+        provider = LocalProvider(isolation="bwrap")       # sessions run only in the sandbox: check there
+    except ProviderError as exc:
+        return None, str(exc)
     with tempfile.TemporaryDirectory(prefix="sweep-doctor-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None) as tmp:
         out, err = Path(tmp) / "out", Path(tmp) / "err"
         result = provider.run(ExecSpec(argv=[exe, "--version"], cwd=Path(tmp), timeout_s=60,

@@ -35,8 +35,8 @@ from runstate.errors import LeaseError
 from runstate.files import (FILE_MODE, Loaded, _unlink_quietly, dump_model, fsync_dir, parse_model,
                             parse_model_fast, read_bytes, temp_name, write_all)
 from runstate.models import Lease
+from runstate.paths import LEASE_FILE
 
-LEASE_FILE = "lease.json"
 _HOST = socket.gethostname()
 
 

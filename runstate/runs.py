@@ -17,11 +17,7 @@ from runstate.errors import StateError
 from runstate.files import (Loaded, append_line, describe_validation_error, make_private_dir, parse_model_fast,
                             read_lines, read_model, read_raw, write_model_atomic)
 from runstate.models import RUN_ID_RE, Event, RunRecord, validate_run_id
-
-STATE_FILE = "state.json"
-LEASE_FILE = "lease.json"
-EVENTS_FILE = "events.jsonl"
-RUNS_DIR = "runs"
+from runstate.paths import EVENTS_FILE, LEASE_FILE, RUNS_DIR, STATE_FILE, RunPaths  # noqa: F401 - re-exported
 
 
 def runs_root(campaign: Path) -> Path:

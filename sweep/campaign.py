@@ -223,9 +223,11 @@ def load_campaign(campaign_dir: Path) -> CampaignFile:
     path = Path(campaign_dir) / CAMPAIGN_FILE
     try:
         raw = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise ConfigError("not a sweep campaign (no campaign.toml)", path=Path(campaign_dir),
                           hint="create one with `sweep init PLAN --campaign DIR`") from None
+    except OSError as exc:     # campaign.toml a directory, unreadable, ...
+        raise ConfigError(f"campaign.toml cannot be read: {exc.strerror or exc}", path=path) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
         return CampaignFile.model_validate(data)
@@ -244,6 +246,13 @@ def load_candidate(rdir: Path) -> FrozenCandidate:
 
 
 def find_campaign(option: str | os.PathLike | None) -> Path:
-    """--campaign, else $SWEEP_CAMPAIGN, else the current directory."""
+    """--campaign, else $SWEEP_CAMPAIGN, else the current directory.
+
+    A path that is not a directory is refused here, in one line (exit 2), so that no verb ever
+    reaches a traceback by treating a file as a campaign."""
     chosen = option or os.environ.get(ENV_CAMPAIGN) or "."
-    return Path(chosen).resolve()
+    path = Path(chosen).resolve()
+    if path.exists() and not path.is_dir():
+        raise ConfigError("not a campaign directory (it is a file)", path=path,
+                          hint="pass the directory `sweep init` created, e.g. --campaign DIR")
+    return path

@@ -317,6 +317,8 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
             committed += max(rec.spent_usd, view.committed_usd)
             if rec.outcome is Outcome.verified:
                 verified += 1
+            if snap.queue_known and rec.job_id and rec.job_id in snap.queue:
+                hold_slot(rec)      # its controller wrote the ending but its job is still in the queue
             if lease is not None:
                 alive = None if lease.lease is None else _lease_holder_alive(lease.lease, snap, jobs_by_token)
                 verdict = judge_lease(lease, holder_alive=alive, now=snap.now, ttl_s=cfg.lease_ttl_s)
@@ -368,6 +370,12 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
         # queued
         committed += view.committed_usd
         if lease is None:
+            if snap.queue_known and rec.job_id and rec.job_id in snap.queue:
+                # its controller wrote this record (failed attempt, park, drain) and is on its way
+                # out: the job still takes a slot, and the run waits for it to leave the queue
+                busy.add(run_id)
+                hold_slot(rec)
+                waits.append(Wait(run_id, f"controller job {rec.job_id} is finishing"))
             continue
         busy.add(run_id)
         if lease.lease is None:

@@ -24,7 +24,6 @@ hand over, heartbeat and release their own lease.
 """
 from __future__ import annotations
 
-import errno
 import os
 import socket
 import time
@@ -253,27 +252,6 @@ def reap_lease(rdir: Path, judged: LeaseView) -> bool:
         return True
     _put_back(tomb, rdir)
     return False
-
-
-def sweep_tombstones(rdir: Path, older_than_s: float = 3600, now: float | None = None) -> int:
-    """Remove leftovers of crashed lease operations (never the lease itself)."""
-    now = time.time() if now is None else now
-    removed = 0
-    try:
-        names = os.listdir(rdir)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        if name.startswith(f".{LEASE_FILE}.") and (".tomb." in name or ".new." in name):
-            p = Path(rdir) / name
-            try:
-                if now - p.stat().st_mtime > older_than_s:
-                    p.unlink()
-                    removed += 1
-            except (FileNotFoundError, OSError) as exc:
-                if getattr(exc, "errno", None) not in (None, errno.ENOENT):
-                    continue
-    return removed
 
 
 STRAY_MIN_AGE_S = 10.0     # a lease operation takes milliseconds; a stray older than this is left by a kill

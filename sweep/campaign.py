@@ -23,11 +23,11 @@ from runstate import RunRecord, create_run_dir, load_record, save_record
 from runstate.errors import ConfigError, validation_problem
 from runstate.files import make_private_dir, read_model, write_atomic, write_model_atomic
 from runstate.models import PIPELINE_ROLES
+from runstate.paths import CANDIDATE_FILE
 from sweep import __version__
 from sweep.models.plan import CampaignFile, FrozenCandidate, Plan
 
 CAMPAIGN_FILE = "campaign.toml"
-CANDIDATE_FILE = "candidate.json"
 ENV_CAMPAIGN = "SWEEP_CAMPAIGN"
 
 

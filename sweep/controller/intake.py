@@ -22,10 +22,10 @@ from pathlib import Path
 import orjson
 
 from runstate.files import make_private_dir, read_bytes, write_atomic
+from runstate.paths import SOURCE_FILE
 from sweep.git import GitFailed, run_git
 from sweep.models.plan import GITHUB_PR_RE, FrozenCandidate
 
-SOURCE_FILE = "source.json"
 GIT_TIMEOUT_S = 300
 API_TIMEOUT_S = 60
 

@@ -50,7 +50,7 @@ def _source(ctx: Ctx) -> dict:
 
 
 def _session_dir(ctx: Ctx, role: str) -> Path:
-    root = make_private_dir(ctx.rdir / "sessions")
+    root = make_private_dir(ctx.paths.sessions)
     n = sum(1 for p in root.iterdir() if p.is_dir()) + 1
     return make_private_dir(root / f"{n:04d}-{role}")
 
@@ -86,7 +86,7 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
         amount = reserve
     ok, why = ctx.budget.can_spend(amount)
     if not ok:
-        raise Ending(Outcome.generated_unverified if (ctx.rdir / "task").exists() else Outcome.blocked,
+        raise Ending(Outcome.generated_unverified if ctx.paths.task.exists() else Outcome.blocked,
                      EndReason.budget_exhausted, why)
     session_dir = _session_dir(ctx, role)
     op_id = session_dir.name
@@ -152,7 +152,7 @@ def _end_if_secret_in_bundle(ctx: Ctx, bundle: Path, revision: int, *, install: 
         redactor.scrub_file(bundle / rel)
     if install:
         _install_bundle(ctx, bundle)
-    write_json(make_private_dir(ctx.rdir / "evidence") / f"secret-scan-r{revision:04d}.json",
+    write_json(ctx.evidence_path("secret-scan", revision),
                {"files": leaked, "redacted": True, "at": time.time()})
     shown = ", ".join(leaked[:5]) + (f" and {len(leaked) - 5} more" if len(leaked) > 5 else "")
     raise Ending(Outcome.blocked, EndReason.secret_in_bundle,
@@ -184,7 +184,7 @@ def author(ctx: Ctx):
     revision = max(ctx.record.checkpoints.get("author", {}).get("revision", 0),
                    ctx.record.checkpoints.get("retry", {}).get("after_revision", 0)) + 1
     findings = ctx.record.checkpoints.get("repair", {}).get("findings", [])
-    workspace = fresh_dir(ctx.rdir / "work" / f"author-r{revision:04d}")
+    workspace = fresh_dir(ctx.paths.work / f"author-r{revision:04d}")
     _git_export(src["repo"], src["base"], workspace / "repo")
     make_private_dir(workspace / "task")
     prompt = _author_prompt(src, findings)
@@ -202,7 +202,7 @@ def author(ctx: Ctx):
     problems = validate_bundle(workspace / "task")
     if problems:
         return _repair_or_end(ctx, "author", [f"bundle invalid: {p}" for p in problems[:10]],
-                              no_bundle=not (ctx.rdir / "task").exists())
+                              no_bundle=not ctx.paths.task.exists())
     new_sha = bundle_sha256(workspace / "task")
     failed_before = _failed_gates_for(ctx, new_sha)
     if failed_before:
@@ -218,7 +218,7 @@ def author(ctx: Ctx):
 def _failed_gates_for(ctx: Ctx, sha: str) -> str | None:
     import orjson
     since = ctx.record.checkpoints.get("retry", {}).get("after_revision", 0)
-    for path in sorted((ctx.rdir / "evidence").glob("gates-r*.json")):
+    for path in sorted(ctx.paths.evidence.glob("gates-r*.json")):
         try:
             ev = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
@@ -269,13 +269,13 @@ def _install_bundle(ctx: Ctx, new_bundle: Path) -> None:
     renamed into revisions/, then the copy is renamed to task/. A crash leaves either the old
     task/ or a revision plus a staged copy, and the author phase (not yet checkpointed) reruns.
     """
-    staged = ctx.rdir / ".task.staged"
+    staged = ctx.paths.staged_task
     if staged.exists():
         shutil.rmtree(staged)
     shutil.copytree(new_bundle, staged, symlinks=True)
-    task = ctx.rdir / "task"
+    task = ctx.paths.task
     if task.exists():
-        revisions = make_private_dir(ctx.rdir / "revisions")
+        revisions = make_private_dir(ctx.paths.revisions)
         n = sum(1 for _ in revisions.iterdir()) + 1
         os.rename(task, revisions / f"{n:04d}")
     os.rename(staged, task)
@@ -310,7 +310,7 @@ def gate_hash_seed(repeat: int) -> int:
 def gates(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256, validate_bundle
     from sweep.harbor.trial import run_trial
-    bundle = ctx.rdir / "task"
+    bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
     revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
     repeats = _options(ctx).quality.gate_repeats
@@ -324,7 +324,7 @@ def gates(ctx: Ctx):
         reports = {"reference": [], "empty": []}      # per-test outcomes of each run (JUnit)
         for i in range(repeats):
             for kind in ("reference", "empty"):
-                work = fresh_dir(ctx.rdir / "work" / f"gates-r{revision:04d}-{kind}-{i}")
+                work = fresh_dir(ctx.paths.work / f"gates-r{revision:04d}-{kind}-{i}")
                 trial = run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
                                   env={"PYTHONHASHSEED": str(gate_hash_seed(i))})
                 rewards[kind].append(trial.reward)
@@ -347,7 +347,7 @@ def gates(ctx: Ctx):
     evidence = {"bundle_sha256": sha, "revision": revision, "repeats": repeats, "passed": passed,
                 "gates": results, "hash_seeds": [gate_hash_seed(i) for i in range(repeats)],
                 "environment_fidelity": "host", "at": time.time()}
-    write_json(make_private_dir(ctx.rdir / "evidence") / f"gates-r{revision:04d}.json", evidence)
+    write_json(ctx.evidence_path("gates", revision), evidence)
     if not passed:
         failed = [f"gate {name}: {r.get('detail') or r.get('rewards')}" for name, r in results.items() if not r["ok"]]
         return _repair_or_end(ctx, "gates", failed)
@@ -356,14 +356,14 @@ def gates(ctx: Ctx):
 
 def review(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256
-    bundle = ctx.rdir / "task"
+    bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
     revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
     gates_cp = ctx.record.checkpoints.get("gates", {})
-    gates_file = ctx.rdir / "evidence" / f"gates-r{revision:04d}.json"
+    gates_file = ctx.paths.evidence_file("gates", revision)
     import orjson
     gates_evidence = orjson.loads(read_bytes(gates_file) or b"{}")
-    workspace = fresh_dir(ctx.rdir / "work" / f"review-r{revision:04d}")
+    workspace = fresh_dir(ctx.paths.work / f"review-r{revision:04d}")
     shutil.copytree(bundle, workspace / "task", symlinks=True)
     prompt = ("# Review this task bundle\n\nThe bundle is in `task/`. The controller's gate results:\n\n"
               + orjson.dumps(gates_evidence.get("gates", {}), option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -375,7 +375,7 @@ def review(ctx: Ctx):
     verdict = result.structured_output or {}
     decision = verdict.get("verdict")
     findings = [str(f) for f in verdict.get("findings", [])][:20]
-    write_json(make_private_dir(ctx.rdir / "evidence") / f"review-r{revision:04d}.json",
+    write_json(ctx.evidence_path("review", revision),
                {"bundle_sha256": sha, "gates_bundle_sha256": gates_cp.get("bundle_sha256"),
                 "verdict": verdict, "at": time.time()})
     if decision == "accept":
@@ -393,14 +393,14 @@ def review(ctx: Ctx):
 def solve(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256
     from sweep.harbor.trial import run_trial
-    bundle = ctx.rdir / "task"
+    bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
     revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
     opts = _options(ctx)
     instruction = (bundle / "instruction.md").read_text(errors="replace")
     rewards = []
     for k in range(opts.quality.rollouts):
-        workspace = fresh_dir(ctx.rdir / "work" / f"solve-r{revision:04d}-{k}")
+        workspace = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}")
         shutil.copytree(bundle / "environment" / "repo", workspace / "repo", symlinks=True)
         # blind: the solver sees the instruction and the starting repository, never the tests or
         # the reference solution (the oracle control is the one exception: it IS the reference)
@@ -410,12 +410,12 @@ def solve(ctx: Ctx):
             rewards.append({"rollout": k, "reward": None, "session": result.status,
                             "detail": (result.reason or result.evidence)[:200]})
             continue
-        trial_dir = fresh_dir(ctx.rdir / "work" / f"solve-r{revision:04d}-{k}-trial")
+        trial_dir = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}-trial")
         trial = run_trial(bundle, workspace / "repo", provider=_provider(ctx), workdir=trial_dir,
                           timeout_s=TRIAL_TIMEOUT_S)
         shutil.rmtree(trial_dir, ignore_errors=True)
         rewards.append({"rollout": k, "reward": trial.reward, "session": "ok", "detail": trial.detail[:200]})
-    write_json(make_private_dir(ctx.rdir / "evidence") / f"solve-r{revision:04d}.json",
+    write_json(ctx.evidence_path("solve", revision),
                {"bundle_sha256": sha, "runtime": opts.runtimes.solver, "rollouts": rewards, "at": time.time()})
     return Phase.evaluate, {"bundle_sha256": sha, "rewards": [r["reward"] for r in rewards]}
 
@@ -423,7 +423,7 @@ def solve(ctx: Ctx):
 def evaluate(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256
     cps = ctx.record.checkpoints
-    bundle = ctx.rdir / "task"
+    bundle = ctx.paths.task
     if not bundle.exists():
         raise Ending(Outcome.blocked, EndReason.construction_failed, "no task bundle was produced")
     _end_if_secret_in_bundle(ctx, bundle, cps.get("author", {}).get("revision", 0), install=False)

@@ -15,10 +15,10 @@ from runstate.files import read_model
 from runstate.lease import read_lease_at
 from runstate.markers import is_draining, read_outage
 from runstate.models import PIPELINE_ROLES, RunState, SpendLedger
+from runstate.paths import SPEND_FILE
 from runstate.runs import list_runs, runs_root
 from sweep.tick.plan import QueueJob, RunView, Snapshot
 
-SPEND_FILE = "spend.json"
 
 
 def read_committed(rdir: Path) -> float:

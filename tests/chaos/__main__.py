@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -24,11 +25,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: drawn and printed)")
     ap.add_argument("--kills", type=int, default=100, help="stop after this many injected kills")
     ap.add_argument("--runs", type=int, default=30, help="runs per round (one fresh campaign a round)")
+    ap.add_argument("--max-parallel", type=int, default=6, help="the campaign's max_parallel")
+    ap.add_argument("--kill-rate", type=float, default=0.5,
+                    help="probability that a fault is NOT followed by a full tick")
     ap.add_argument("--round-faults", type=int, default=None, help="faults injected per round")
     ap.add_argument("--minutes", type=float, default=None, help="stop injecting after this long")
     ap.add_argument("--workdir", default=None, help="where the campaigns go (default: a temp dir)")
     ap.add_argument("--out", default=None, help="also write the figures (JSON) here")
     args = ap.parse_args(argv)
+    # a TERM (e.g. `kill PID`) unwinds like Ctrl-C, so the cluster below is always stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     reason = missing_requirements()
     if reason:
         print(f"chaos: the Slurm test cluster is unavailable: {reason}", file=sys.stderr)
@@ -45,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
     try:
         chaos = Chaos(cluster, workdir, seed, runs=args.runs, kills=args.kills,
-                      round_faults=args.round_faults,
+                      round_faults=args.round_faults, max_parallel=args.max_parallel,
+                      max_gpu_parallel=min(2, args.max_parallel), kill_rate=args.kill_rate,
                       deadline_s=args.minutes * 60 if args.minutes else None, log=log)
         try:
             fig = chaos.run()

@@ -410,7 +410,7 @@ class Chaos:
     def round(self) -> None:
         self.new_campaign()
         faults = 0
-        actions = [(self.tick, 3), (self.kill_tick, 6), (self.kill_controller, 4), (self.scancel, 1.5),
+        actions = [(self.tick, 2), (self.kill_tick, 7), (self.kill_controller, 4), (self.scancel, 1.5),
                    (self.stall_ctld, 0.7), (self.restart_ctld, 0.3), (self.corrupt, 1.5),
                    (self.stamp_outage, 0.4), (self.drain, 0.2), (self.undrain, 0.5)]
         fns, weights = zip(*actions)

@@ -23,7 +23,7 @@ from runstate import RunRecord, create_run_dir, load_record, save_record
 from runstate.errors import ConfigError, validation_problem
 from runstate.files import make_private_dir, read_model, write_atomic, write_model_atomic
 from runstate.models import PIPELINE_ROLES
-from runstate.paths import CANDIDATE_FILE
+from runstate.paths import CANDIDATE_FILE, RunPaths
 from sweep import __version__
 from sweep.models.plan import CampaignFile, FrozenCandidate, Plan
 
@@ -216,6 +216,33 @@ def _campaign_text(campaign: CampaignFile, plan_path: Path) -> bytes:
         raise ConfigError(f"the plan's settings do not survive a round trip through {CAMPAIGN_FILE} "
                           "(a null value inside a table, or a value TOML cannot hold)", path=plan_path)
     return text.encode()
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A loaded campaign: its directory and its frozen campaign.toml, handed around as one value
+    (the two used to travel as a pair, in varying order). "campaign" on the command line is the
+    directory; `Campaign.load` is how code turns it into this."""
+
+    dir: Path
+    file: CampaignFile
+
+    @classmethod
+    def load(cls, campaign_dir: str | os.PathLike[str]) -> Campaign:
+        campaign_dir = Path(campaign_dir).resolve()
+        return cls(campaign_dir, load_campaign(campaign_dir))
+
+    @property
+    def settings(self):
+        return self.file.settings
+
+    def run(self, run_id: str) -> RunPaths:
+        return RunPaths(self.dir, run_id)
+
+    def scheduler(self):
+        """The scheduler backend the plan chose, for this campaign's jobs (name prefix filter)."""
+        from sweep.scheduler import make_scheduler
+        return make_scheduler(self.file.settings.scheduler, self.dir, self.file.job_prefix)
 
 
 def load_campaign(campaign_dir: Path) -> CampaignFile:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from runstate.files import write_model_atomic
 from runstate.models import RunState, TickReport
-from sweep.campaign import load_campaign
+from sweep.campaign import Campaign
 
 TICK_FILE = "tick.json"
 LOCK_FILE = "tick.lock"
@@ -29,16 +29,11 @@ class TickOutcome:
     message: str
 
 
-def _scheduler_for(campaign_dir: Path, campaign):
-    from sweep.scheduler import make_scheduler
-    return make_scheduler(campaign.settings.scheduler, campaign_dir, campaign.job_prefix)
-
-
 def run_tick(campaign_dir: Path, *, scheduler=None) -> TickOutcome:
     from filelock import FileLock, Timeout
 
-    campaign_dir = Path(campaign_dir).resolve()
-    campaign = load_campaign(campaign_dir)             # unusable campaign -> ConfigError, exit != 0
+    campaign = Campaign.load(campaign_dir)             # unusable campaign -> ConfigError, exit != 0
+    campaign_dir = campaign.dir
     lock = FileLock(str(campaign_dir / LOCK_FILE), timeout=0)
     try:
         lock.acquire()
@@ -50,7 +45,7 @@ def run_tick(campaign_dir: Path, *, scheduler=None) -> TickOutcome:
     collecting = gc.isenabled()
     gc.disable()     # a one-shot pass over acyclic records: the collector would only rescan them
     try:
-        report = _tick(campaign_dir, campaign, scheduler or _scheduler_for(campaign_dir, campaign))
+        report = _tick(campaign, scheduler or campaign.scheduler())
     finally:
         if collecting:
             gc.enable()
@@ -64,13 +59,14 @@ def _overran(signum, frame):  # pragma: no cover - exercised by a subprocess tes
     raise SystemExit("sweep tick: exceeded tick.max_runtime_s; exiting so the next tick can run")
 
 
-def _tick(campaign_dir: Path, campaign, scheduler) -> TickReport:
+def _tick(campaign: Campaign, scheduler) -> TickReport:
     from sweep.tick.act import Actor
     from sweep.tick.observe import observe
     from sweep.tick.plan import PlanSettings, plan_tick
 
     started = time.time()
     t0 = time.monotonic()
+    campaign_dir = campaign.dir
     snap, meta = observe(campaign_dir, scheduler)
     s = campaign.settings
     cfg = PlanSettings(target_verified=s.target_verified, max_parallel=s.max_parallel,
@@ -78,7 +74,7 @@ def _tick(campaign_dir: Path, campaign, scheduler) -> TickReport:
                        lease_ttl_s=s.tick.lease_ttl_s, submit_grace_s=s.tick.submit_grace_s,
                        uncertain_submit_s=s.tick.uncertain_submit_s, ghost_grace_s=s.tick.ghost_grace_s)
     actions = plan_tick(snap, cfg)
-    actor = Actor(campaign_dir, campaign, scheduler, lanes=snap.lanes)
+    actor = Actor(campaign, scheduler, lanes=snap.lanes)
     for action in actions:
         actor.apply(action)
     actor.finish(snap)

@@ -33,7 +33,7 @@ from runstate.lease import (LeaseLost, acquire_lease, hand_over_lease, reap_leas
 from runstate.models import (EndReason, Event, GhostsFile, LaneBackoff, LaneBackoffFile, RunRecord, RunState)
 from runstate.paths import RunPaths
 from runstate.runs import append_event, load_record, run_dir, save_record
-from sweep.models.plan import CampaignFile
+from sweep.campaign import Campaign
 from sweep.tick.plan import (Adopt, Admit, CancelGhost, EndRun, GiveUpSubmission, Interrupt, NoteGhosts,
                              ReapLease, Requeue, SetHold, Wait)
 
@@ -57,19 +57,19 @@ def next_backoff(failures: int, base_s: float, max_s: float) -> float:
     return min(max_s, base_s * (2 ** max(0, min(failures, 40) - 1)))
 
 
-def controller_argv(campaign: CampaignFile, campaign_dir: Path, run_id: str, token: str) -> list[str]:
+def controller_argv(campaign: Campaign, run_id: str, token: str) -> list[str]:
     base = campaign.settings.tick.controller_command
     if not base:
         from sweep.runtime import controller_command
-        base = controller_command(campaign_dir)
-    return [*base, "--campaign", str(campaign_dir), "--token", token, run_id]
+        base = controller_command(campaign.dir)
+    return [*base, "--campaign", str(campaign.dir), "--token", token, run_id]
 
 
 class Actor:
-    def __init__(self, campaign_dir: Path, campaign: CampaignFile, scheduler,
-                 lanes: dict[str, LaneBackoff] | None = None):
-        self.dir = campaign_dir
-        self.campaign = campaign
+    def __init__(self, campaign: Campaign, scheduler, lanes: dict[str, LaneBackoff] | None = None):
+        self.handle = campaign
+        self.dir = campaign.dir
+        self.campaign = campaign.file
         self.scheduler = scheduler
         self.done: list[dict] = []
         self.errors: list[str] = []
@@ -236,7 +236,7 @@ class Actor:
             "submit_token": token, "submitting_since": time.time(), "lane": a.lane, "gpus": a.gpus}))
         paths = RunPaths.at(rdir)
         job = JobSpec(name=f"{self.campaign.job_prefix}{token}.{a.run_id}",
-                      argv=controller_argv(self.campaign, self.dir, a.run_id, token),
+                      argv=controller_argv(self.handle, a.run_id, token),
                       workdir=rdir, stdout=paths.controller_out, stderr=paths.controller_err,
                       gpus=a.gpus, env={"SWEEP_CAMPAIGN": str(self.dir)},
                       script_path=paths.job_script(token))

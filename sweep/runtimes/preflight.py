@@ -109,9 +109,11 @@ def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sand
         family = FAMILY_OF[runtime]
         secret = (getattr(settings, "secrets", None) or {}).get(family)
         if secret is not None and secret.file is not None:
-            ok = os.path.isfile(secret.file) and os.access(secret.file, os.R_OK)
-            findings.append(Finding("ok" if ok else "error", where, f"secret for {family}: file {secret.file} "
-                                    + ("readable" if ok else "missing or unreadable")))
+            from sweep.credentials import secret_file_problem     # exists, a regular file, yours, 0600
+            problem = secret_file_problem(secret.file)
+            findings.append(Finding("error" if problem else "ok", where,
+                                    f"secrets.{family}.file: {problem}" if problem else
+                                    f"secret for {family}: file {secret.file} readable by you only"))
         elif secret is not None and secret.env is not None:
             ok = bool(os.environ.get(secret.env))
             findings.append(Finding("ok" if ok else "error", where,

@@ -336,6 +336,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                 verdict, cause, why = judge_vanished(rec, lease, snap, cfg)
                 if verdict == "wait":
                     hold_slot(rec)     # its job may have been the last thing holding this slot
+                    waits.append(Wait(run_id, why))    # shown in tick.json and `sweep status`
                     continue
                 if verdict == "interrupt":
                     if rec.interruptions + 1 >= rec.max_interruptions:

@@ -12,9 +12,11 @@ import shutil
 import time
 from pathlib import Path
 
-from runstate.errors import ConfigError, ProviderError
-from runstate.files import make_private_dir, read_bytes
+from runstate.errors import ConfigError, ProviderError, StateError
+from runstate.files import make_private_dir
 from runstate.models import EndReason, Outcome, Phase
+from sweep.models.evidence import (Checkpoints, GatesEvidence, ReviewEvidence, SolveEvidence,
+                                   read_evidence)
 from sweep.controller.context import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, fresh_dir,
                                       write_json)
 
@@ -22,6 +24,11 @@ TRIAL_TIMEOUT_S = 900
 
 
 # ---- shared helpers ---------------------------------------------------------------------------
+
+def _checkpoints(ctx: Ctx) -> Checkpoints:
+    """state.json's checkpoints, read through their model (a malformed one is a StateError)."""
+    return Checkpoints.of(ctx.record.checkpoints, where=str(ctx.paths.state))
+
 
 def _options(ctx: Ctx):
     return ctx.candidate.candidate.options
@@ -181,9 +188,9 @@ def author(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256, validate_bundle
     src = _source(ctx)
     # after `sweep retry` revisions keep counting up, so no earlier evidence file is overwritten
-    revision = max(ctx.record.checkpoints.get("author", {}).get("revision", 0),
-                   ctx.record.checkpoints.get("retry", {}).get("after_revision", 0)) + 1
-    findings = ctx.record.checkpoints.get("repair", {}).get("findings", [])
+    cps = _checkpoints(ctx)
+    revision = max(cps.author_revision, cps.retry_after_revision) + 1
+    findings = cps.repair.findings if cps.repair else []
     workspace = fresh_dir(ctx.paths.work / f"author-r{revision:04d}")
     _git_export(src["repo"], src["base"], workspace / "repo")
     make_private_dir(workspace / "task")
@@ -216,18 +223,16 @@ def author(ctx: Ctx):
 
 
 def _failed_gates_for(ctx: Ctx, sha: str) -> str | None:
-    import orjson
-    since = ctx.record.checkpoints.get("retry", {}).get("after_revision", 0)
+    since = _checkpoints(ctx).retry_after_revision
     for path in sorted(ctx.paths.evidence.glob("gates-r*.json")):
         try:
-            ev = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            continue
-        if (ev.get("revision") or 0) <= since:
+            ev = read_evidence(path, GatesEvidence)
+        except StateError:
+            continue    # not gate evidence: it cannot say this bundle failed
+        if ev is None or ev.revision <= since:
             continue    # judged before `sweep retry`: the operator asked for a fresh look
-        if ev.get("bundle_sha256") == sha and ev.get("passed") is False:
-            failed = [name for name, g in ev.get("gates", {}).items() if not g.get("ok")]
-            return f"revision {ev.get('revision')}: {', '.join(failed)} failed"
+        if ev.bundle_sha256 == sha and ev.passed is False:
+            return f"revision {ev.revision}: {', '.join(ev.failed())} failed"
     return None
 
 
@@ -283,7 +288,8 @@ def _install_bundle(ctx: Ctx, new_bundle: Path) -> None:
 
 def _repair_or_end(ctx: Ctx, where: str, findings: list[str], *, no_bundle: bool = False):
     quality = _options(ctx).quality
-    repairs = ctx.record.checkpoints.get("repair", {}).get("count", 0)
+    repair = _checkpoints(ctx).repair
+    repairs = repair.count if repair else 0
     if quality.repair and repairs < quality.max_repairs:
         ctx.event("repair", phase=ctx.record.phase.value,
                   detail=f"repair {repairs + 1}/{quality.max_repairs} after {where}: " + "; ".join(findings)[:300])
@@ -312,7 +318,7 @@ def gates(ctx: Ctx):
     from sweep.harbor.trial import run_trial
     bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
-    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
+    revision = _checkpoints(ctx).author_revision
     repeats = _options(ctx).quality.gate_repeats
     problems = validate_bundle(bundle)
     results: dict = {"valid": {"ok": not problems, "detail": "; ".join(problems[:5])}}
@@ -344,10 +350,10 @@ def gates(ctx: Ctx):
         # a task is verified only if some test fails before the fix and passes after it
         results["fail_to_pass"] = junit.compare_runs(reports["empty"], reports["reference"]).as_evidence()
     passed = all(r["ok"] for r in results.values())
-    evidence = {"bundle_sha256": sha, "revision": revision, "repeats": repeats, "passed": passed,
-                "gates": results, "hash_seeds": [gate_hash_seed(i) for i in range(repeats)],
-                "environment_fidelity": "host", "at": time.time()}
-    write_json(ctx.evidence_path("gates", revision), evidence)
+    evidence = GatesEvidence(bundle_sha256=sha, revision=revision, repeats=repeats, passed=passed, gates=results,
+                             hash_seeds=[gate_hash_seed(i) for i in range(repeats)],
+                             environment_fidelity="host", at=time.time())
+    write_json(ctx.evidence_path("gates", revision), evidence.to_json())
     if not passed:
         failed = [f"gate {name}: {r.get('detail') or r.get('rewards')}" for name, r in results.items() if not r["ok"]]
         return _repair_or_end(ctx, "gates", failed)
@@ -358,11 +364,14 @@ def review(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256
     bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
-    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
-    gates_cp = ctx.record.checkpoints.get("gates", {})
-    gates_file = ctx.paths.evidence_file("gates", revision)
+    revision = _checkpoints(ctx).author_revision
+    gates_cp = _checkpoints(ctx).gates
+    try:
+        gates_read = read_evidence(ctx.paths.evidence_file("gates", revision), GatesEvidence)
+    except StateError as exc:
+        raise AttemptFailed(str(exc)) from None
+    gates_evidence = {"gates": {k: g.to_json() for k, g in gates_read.gates.items()}} if gates_read else {}
     import orjson
-    gates_evidence = orjson.loads(read_bytes(gates_file) or b"{}")
     workspace = fresh_dir(ctx.paths.work / f"review-r{revision:04d}")
     shutil.copytree(bundle, workspace / "task", symlinks=True)
     prompt = ("# Review this task bundle\n\nThe bundle is in `task/`. The controller's gate results:\n\n"
@@ -376,8 +385,8 @@ def review(ctx: Ctx):
     decision = verdict.get("verdict")
     findings = [str(f) for f in verdict.get("findings", [])][:20]
     write_json(ctx.evidence_path("review", revision),
-               {"bundle_sha256": sha, "gates_bundle_sha256": gates_cp.get("bundle_sha256"),
-                "verdict": verdict, "at": time.time()})
+               ReviewEvidence(bundle_sha256=sha, gates_bundle_sha256=gates_cp.bundle_sha256 if gates_cp else None,
+                              verdict=verdict, at=time.time()).to_json())
     if decision == "accept":
         quality = _options(ctx).quality
         nxt = Phase.solve if quality.run_rollout and quality.rollouts > 0 else Phase.evaluate
@@ -395,7 +404,7 @@ def solve(ctx: Ctx):
     from sweep.harbor.trial import run_trial
     bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
-    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
+    revision = _checkpoints(ctx).author_revision
     opts = _options(ctx)
     instruction = (bundle / "instruction.md").read_text(errors="replace")
     rewards = []
@@ -415,22 +424,22 @@ def solve(ctx: Ctx):
                           timeout_s=TRIAL_TIMEOUT_S)
         shutil.rmtree(trial_dir, ignore_errors=True)
         rewards.append({"rollout": k, "reward": trial.reward, "session": "ok", "detail": trial.detail[:200]})
-    write_json(ctx.evidence_path("solve", revision),
-               {"bundle_sha256": sha, "runtime": opts.runtimes.solver, "rollouts": rewards, "at": time.time()})
+    evidence = SolveEvidence(bundle_sha256=sha, runtime=opts.runtimes.solver, rollouts=rewards, at=time.time())
+    write_json(ctx.evidence_path("solve", revision), evidence.to_json())
     return Phase.evaluate, {"bundle_sha256": sha, "rewards": [r["reward"] for r in rewards]}
 
 
 def evaluate(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256
-    cps = ctx.record.checkpoints
+    cps = _checkpoints(ctx)
     bundle = ctx.paths.task
     if not bundle.exists():
         raise Ending(Outcome.blocked, EndReason.construction_failed, "no task bundle was produced")
-    _end_if_secret_in_bundle(ctx, bundle, cps.get("author", {}).get("revision", 0), install=False)
+    _end_if_secret_in_bundle(ctx, bundle, cps.author_revision, install=False)
     sha = bundle_sha256(bundle)
-    gates_ok = cps.get("gates", {}).get("passed") is True and cps["gates"].get("bundle_sha256") == sha
-    review_ok = cps.get("review", {}).get("verdict") == "accept" and cps["review"].get("bundle_sha256") == sha
-    solve_sha = cps.get("solve", {}).get("bundle_sha256")
+    gates_ok = cps.gates is not None and cps.gates.passed is True and cps.gates.bundle_sha256 == sha
+    review_ok = cps.review is not None and cps.review.verdict == "accept" and cps.review.bundle_sha256 == sha
+    solve_sha = cps.solve.bundle_sha256 if cps.solve else None
     if gates_ok and review_ok and solve_sha in (None, sha):
         raise Ending(Outcome.verified, None, f"gates passed and review accepted for bundle {sha[:12]}")
     missing = [name for name, ok in (("gates", gates_ok), ("review", review_ok)) if not ok]

@@ -176,8 +176,31 @@ def _copy_roles(campaign_dir: Path) -> None:
             write_atomic(target / entry.name, entry.read_bytes())
 
 
+def role_cost_caps(campaign_dir: Path) -> dict[str, float | None]:
+    """Each pipeline role's budget.cost_cap_usd from the campaign's manifests (None if unreadable)."""
+    from roles import load_manifest
+    caps: dict[str, float | None] = {}
+    for role in PIPELINE_ROLES:
+        try:
+            caps[role] = load_manifest(campaign_dir / "roles" / f"{role}.toml").budget.cost_cap_usd
+        except (ConfigError, OSError):
+            caps[role] = None
+    return caps
+
+
+def largest_session_reservation(caps: dict[str, float | None], options) -> float:
+    """The most one session of this candidate reserves (an agent session reserves its role's cost
+    cap when the plan sets no worker_reservation_usd): the tick never grants a run an allocation
+    that could not pay for it."""
+    from sweep.controller.budget import session_reservation
+    return max([options.worker_reservation_usd] + [
+        session_reservation(getattr(options.runtimes, role), caps.get(role), options.worker_reservation_usd)
+        for role in PIPELINE_ROLES])
+
+
 def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -> int:
     written = 0
+    caps = role_cost_caps(campaign_dir)
     for fc in frozen:
         rdir = create_run_dir(campaign_dir, fc.run_id)
         cand_path = rdir / CANDIDATE_FILE
@@ -191,7 +214,7 @@ def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -
                                         max_attempts=plan.max_attempts,
                                         max_interruptions=plan.max_interruptions,
                                         cap_usd=fc.candidate.options.max_spend_usd,
-                                        reservation_usd=fc.candidate.options.worker_reservation_usd))
+                                        reservation_usd=largest_session_reservation(caps, fc.candidate.options)))
             written += 1
     return written
 

@@ -30,6 +30,7 @@ def run_dir(campaign: Path, run_id: str) -> Path:
 
 
 def create_run_dir(campaign: Path, run_id: str) -> Path:
+    make_private_dir(runs_root(campaign))     # mkdir(parents=True) would make runs/ 0755
     d = run_dir(campaign, run_id)
     make_private_dir(d)
     make_private_dir(d / "logs")
@@ -68,8 +69,15 @@ class RunListing:
     corrupt: dict[str, str] = field(default_factory=dict)     # run id -> problem
 
 
-def iter_run_ids(campaign: Path) -> list[str]:
-    """Names under runs/ that could be runs (valid ids, directories); sorted for a stable panel order."""
+SYMLINKED_RUN = ("the run directory is a symbolic link; sweep does not follow it (a run's files "
+                 "must live in runs/ itself): replace the link with the directory")
+
+
+def iter_run_ids(campaign: Path, symlinks: list[str] | None = None) -> list[str]:
+    """Names under runs/ that could be runs (valid ids, directories); sorted for a stable panel order.
+
+    A symbolic link with a run's name is not followed (it could point anywhere); its name is added
+    to `symlinks` when given, so that the tick and status report it instead of dropping it."""
     root = runs_root(campaign)
     try:
         entries = list(os.scandir(root))
@@ -82,10 +90,17 @@ def iter_run_ids(campaign: Path) -> list[str]:
         try:
             if entry.is_dir(follow_symlinks=False):
                 ids.append(entry.name)
+            elif symlinks is not None and entry.is_symlink():
+                symlinks.append(entry.name)
         except OSError:
             continue
     ids.sort()
     return ids
+
+
+def run_dir_problem(rdir: Path) -> str | None:
+    """Why a run directory cannot be used as one (the same words for tick, status and show)."""
+    return SYMLINKED_RUN if Path(rdir).is_symlink() else None
 
 
 def read_record_at(path: str, run_id: str) -> Loaded[RunRecord]:
@@ -107,7 +122,11 @@ def list_runs(campaign: Path) -> RunListing:
     no pathlib in the loop: at 100,000 runs this is most of what a tick costs."""
     listing = RunListing()
     root = os.fspath(runs_root(campaign))
-    for run_id in iter_run_ids(campaign):
+    symlinks: list[str] = []
+    ids = iter_run_ids(campaign, symlinks)
+    for run_id in symlinks:
+        listing.corrupt[run_id] = SYMLINKED_RUN
+    for run_id in ids:
         loaded = read_record_at(f"{root}/{run_id}/{STATE_FILE}", run_id)
         if loaded.missing:
             continue               # a folder without state.json is not (yet) a run

@@ -126,6 +126,9 @@ class InitResult:
 def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
     plan_path = Path(plan_path).resolve()
     campaign_dir = Path(campaign_dir).resolve()
+    if campaign_dir.exists() and not campaign_dir.is_dir():
+        raise ConfigError("not a campaign directory (it is a file)", path=campaign_dir,
+                          hint="give --campaign a new directory")
     plan = load_plan(plan_path)
     frozen = resolve_candidates(plan, plan_path)
     sha = plan_sha256(plan)

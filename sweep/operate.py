@@ -60,7 +60,7 @@ def _who() -> str:
 class _TickLock:
     def __init__(self, campaign_dir: Path, wait_s: float):
         from filelock import FileLock
-        self.lock = FileLock(str(Path(campaign_dir) / LOCK_FILE), timeout=wait_s)
+        self.lock = FileLock(str(Path(campaign_dir) / LOCK_FILE), timeout=wait_s, mode=0o600)
         self.wait_s = wait_s
 
     def __enter__(self):

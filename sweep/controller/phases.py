@@ -69,8 +69,29 @@ def _git_export(repo: str, commit: str, dest: Path) -> None:
     make_private_dir(dest)
     try:
         export_tree(repo, commit, dest, timeout=600)
+        _make_private(dest)
     except GitFailed as exc:
+        if exc.unsafe:
+            # the tree itself (a `.git` entry, a path escaping the directory): the same on every
+            # attempt, so it ends the run instead of burning the remaining attempts
+            raise Ending(Outcome.blocked, EndReason.intake_failed, exc.message[-300:]) from None
         raise AttemptFailed(exc.message[-300:]) from None
+
+
+def _make_private(root: Path) -> None:
+    """git archive carries 0644/0755 modes, which tarfile restores: make the tree 0700/0600
+    (0700 for executables), as every file of a run is (docs/state.md); copies keep these modes."""
+    for base, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(base, name), 0o700, follow_symlinks=False) \
+                if not os.path.islink(os.path.join(base, name)) else None
+        for name in files:
+            path = os.path.join(base, name)
+            if os.path.islink(path):
+                continue
+            mode = os.stat(path).st_mode
+            os.chmod(path, 0o700 if mode & 0o111 else 0o600)
+    os.chmod(root, 0o700)
 
 
 def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
@@ -205,6 +226,7 @@ def author(ctx: Ctx):
         if result.reason in PERMANENT_REFUSALS:     # the PR itself cannot become a task: retrying cannot help
             raise Ending(Outcome.blocked, EndReason.construction_failed, result.evidence or result.reason)
         raise AttemptFailed(f"author session {result.status}: {result.reason or ''} {result.evidence[:300]}")
+    _make_private(workspace / "task")     # whatever modes the author's tools used
     _end_if_secret_in_bundle(ctx, workspace / "task", revision, install=True)
     problems = validate_bundle(workspace / "task")
     if problems:

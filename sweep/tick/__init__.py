@@ -34,7 +34,7 @@ def run_tick(campaign_dir: Path, *, scheduler=None) -> TickOutcome:
 
     campaign = Campaign.load(campaign_dir)             # unusable campaign -> ConfigError, exit != 0
     campaign_dir = campaign.dir
-    lock = FileLock(str(campaign_dir / LOCK_FILE), timeout=0)
+    lock = FileLock(str(campaign_dir / LOCK_FILE), timeout=0, mode=0o600)   # docs/state.md: files 0600
     try:
         lock.acquire()
     except Timeout:

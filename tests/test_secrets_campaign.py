@@ -97,6 +97,8 @@ if "output" in leaks:
 if "fail" in leaks:
     sys.exit(1)
 rc = agent.main(argv)
+if "repo" in leaks:
+    (Path(argv[argv.index("--workspace") + 1]) / "repo" / "notes.txt").write_text(text + "\\n")
 if "instruction" in leaks:
     with open(Path(argv[argv.index("--workspace") + 1]) / "task" / "instruction.md", "a") as fh:
         fh.write("\\n" + text + "\\n")
@@ -126,10 +128,10 @@ def key_file(scratch: Path, value: str) -> Path:
     return path
 
 
-def leaky_options(scratch: Path, src: dict, leaks: str) -> dict:
+def leaky_options(scratch: Path, src: dict, leaks: str, role: str = "author") -> dict:
     script = scratch / "leaky_agent.py"
     script.write_text(LEAKY_AGENT)
-    options = agent_options("author", "--repo", src["repo"], f"--leak={leaks}")
+    options = agent_options(role, "--repo", src["repo"], f"--leak={leaks}")
     options["argv"][1] = str(script)
     return options
 
@@ -281,3 +283,17 @@ def test_a_key_written_into_the_bundle_blocks_the_run_secret_in_bundle(scratch):
     assert not (run_dir(d, "pr-0") / "evidence" / "gates-r0001.json").exists()     # no gate ran on it
     assert_nowhere(d, value)
     assert "secret_in_bundle" in sweep("show", "pr-0", "--campaign", str(d)).stdout
+
+
+def test_a_solver_writing_its_key_into_its_repository_leaves_it_redacted_in_the_run(scratch):
+    value = new_key()
+    src = make_verified_pr(scratch / "repos", "mathx")
+    d = campaign(scratch, src, runtimes={"author": "oracle", "reviewer": "oracle", "solver": "command"},
+                 secrets={"anthropic": {"file": str(key_file(scratch, value))}}, env={},
+                 runtime_options={"solver": leaky_options(scratch, src, "repo", role="solver")})
+    tick_until_done(d, env={}, timeout=240)
+    rec = record(d, "pr-0")
+    assert rec.outcome.value == "verified", (rec.reason, rec.last_error)
+    notes = list((run_dir(d, "pr-0") / "work").rglob("notes.txt"))
+    assert notes and all("[REDACTED]" in p.read_text() for p in notes)     # the solver did write it
+    assert_nowhere(d, value)

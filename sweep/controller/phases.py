@@ -165,6 +165,15 @@ def _role_secrets(ctx: Ctx, spec, runtime: str, options: dict | None) -> dict:
     return session_secrets(ctx.campaign.settings, spec.key_family)
 
 
+def _redact_changed(workspace: Path, changed: list[str]) -> None:
+    """Scrub every known secret from the files a session changed (kept in the run directory)."""
+    from sweep.redact import Redactor
+    redactor = Redactor()
+    if redactor:
+        for rel in changed:
+            redactor.scrub_file(workspace / rel)
+
+
 def _end_if_secret_in_bundle(ctx: Ctx, bundle: Path, revision: int, *, install: bool) -> None:
     """A bundle holding a secret (in any spelling sweep/redact.py knows) ends the run blocked.
 
@@ -437,6 +446,7 @@ def solve(ctx: Ctx):
         # the reference solution (the oracle control is the one exception: it IS the reference)
         inputs = {"reference_solution": str(bundle / "solution")} if opts.runtimes.solver == "oracle" else {}
         result = _session(ctx, "solver", workspace, instruction, inputs)
+        _redact_changed(workspace, result.changed_paths)     # the solver's repo stays in the run dir
         if not result.ok:
             rewards.append({"rollout": k, "reward": None, "session": result.status,
                             "detail": (result.reason or result.evidence)[:200]})

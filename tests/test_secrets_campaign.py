@@ -179,7 +179,7 @@ def test_oracle_nop_sessions_and_gates_see_no_secret(scratch):
     env = {"ANTHROPIC_API_KEY": value, "PATH": f"{bindir}:{os.environ['PATH']}"}
     d = campaign(scratch, src, runtimes={"author": "oracle", "reviewer": "oracle", "solver": "nop"},
                  secrets={"anthropic": {"file": str(key_file(scratch, value))}}, env=env)
-    tick_until_done(d, env=env, timeout=240)
+    tick_until_done(d, env=env, timeout=420)
     rec = record(d, "pr-0")
     assert rec.outcome.value == "verified", (rec.reason, rec.last_error)
 
@@ -208,7 +208,7 @@ def test_an_env_var_family_reaches_its_agent_and_is_stored_nowhere(scratch):
                  secrets={"anthropic": {"env": "SWEEP_TEST_ANTHROPIC"}}, env=env,
                  runtime_options={"author": leaky_options(scratch, src, "none")})
     assert "SWEEP_TEST_ANTHROPIC" in (d / "campaign.toml").read_text()
-    tick_until_done(d, env=env, timeout=240)
+    tick_until_done(d, env=env, timeout=420)
     rec = record(d, "pr-0")
     assert rec.outcome.value == "verified", (rec.reason, rec.last_error)
     author = sessions(d, "author")[0]
@@ -226,7 +226,7 @@ def test_an_env_var_family_that_is_not_set_parks_the_role_with_a_config_reason(s
                  runtime_options={"author": leaky_options(scratch, src, "none")})
     sweep("tick", "--campaign", str(d), env={})
     from tests.fakes.runs import wait_until
-    wait_until("the run to park", lambda: record(d, "pr-0").parked_until, 120)
+    wait_until("the run to park", lambda: record(d, "pr-0").parked_until, 300)
     assert "secrets.anthropic.env" in record(d, "pr-0").last_error
     assert "SWEEP_TEST_UNSET_KEY" in record(d, "pr-0").last_error
 
@@ -241,7 +241,7 @@ def test_a_secret_file_made_readable_after_init_parks_the_role_naming_field_and_
     os.chmod(path, 0o644)
     sweep("tick", "--campaign", str(d), env={})
     from tests.fakes.runs import wait_until
-    wait_until("the run to park", lambda: record(d, "pr-0").parked_until, 120)
+    wait_until("the run to park", lambda: record(d, "pr-0").parked_until, 300)
     err = record(d, "pr-0").last_error
     assert "secrets.anthropic.file" in err and str(path) in err and "0644" in err
     assert not sessions(d, "author")[0].joinpath("stdout.txt").exists()     # nothing ran
@@ -253,7 +253,7 @@ def test_an_agent_printing_its_key_in_every_spelling_is_redacted_everywhere(scra
     d = campaign(scratch, src, runtimes={"author": "command", "reviewer": "oracle", "solver": "nop"},
                  secrets={"anthropic": {"file": str(key_file(scratch, value))}}, env={}, max_attempts=1,
                  runtime_options={"author": leaky_options(scratch, src, "stdout,stderr,output,fail")})
-    tick_until_done(d, env={}, timeout=240)
+    tick_until_done(d, env={}, timeout=420)
     rec = record(d, "pr-0")
     assert (rec.outcome.value, rec.reason) == ("blocked", "max_attempted")
     author = sessions(d, "author")[0]
@@ -273,7 +273,7 @@ def test_a_key_written_into_the_bundle_blocks_the_run_secret_in_bundle(scratch):
     d = campaign(scratch, src, runtimes={"author": "command", "reviewer": "oracle", "solver": "nop"},
                  secrets={"anthropic": {"file": str(key_file(scratch, value))}}, env={},
                  runtime_options={"author": leaky_options(scratch, src, "stdout,instruction")})
-    tick_until_done(d, env={}, timeout=240)
+    tick_until_done(d, env={}, timeout=420)
     rec = record(d, "pr-0")
     assert (rec.outcome.value, rec.reason) == ("blocked", "secret_in_bundle"), rec.last_error
     instruction = (run_dir(d, "pr-0") / "task" / "instruction.md").read_text()
@@ -291,7 +291,7 @@ def test_a_solver_writing_its_key_into_its_repository_leaves_it_redacted_in_the_
     d = campaign(scratch, src, runtimes={"author": "oracle", "reviewer": "oracle", "solver": "command"},
                  secrets={"anthropic": {"file": str(key_file(scratch, value))}}, env={},
                  runtime_options={"solver": leaky_options(scratch, src, "repo", role="solver")})
-    tick_until_done(d, env={}, timeout=240)
+    tick_until_done(d, env={}, timeout=420)
     rec = record(d, "pr-0")
     assert rec.outcome.value == "verified", (rec.reason, rec.last_error)
     notes = list((run_dir(d, "pr-0") / "work").rglob("notes.txt"))

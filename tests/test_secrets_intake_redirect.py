@@ -98,7 +98,7 @@ def test_the_token_is_dropped_when_a_redirect_leaves_the_api_host(scratch):
                     title=src["title"], body=src["body"], files=["mathx.py", "tests/test_mathx.py"])
         env = {"SWEEP_GITHUB_API": hop.url + "/same/api"}
         sweep("init", str(write_plan(scratch / "plan.json", plan)), "--campaign", str(d), env=env)
-        tick_until_done(d, env=env, timeout=180)
+        tick_until_done(d, env=env, timeout=420)
 
     rec = record(d, "acme-mathx-7")
     assert rec.outcome.value == "verified", (rec.reason, rec.last_error)     # the redirects were followed

@@ -66,7 +66,7 @@ def parked(scratch) -> Path:
     d = scratch / "camp-parked"
     sweep("init", str(write_plan(scratch / "plan-parked.json", plan)), "--campaign", str(d))
     sweep("tick", "--campaign", str(d))
-    wait_until("the run to park", lambda: record(d, "pr-0").parked_until, 120)
+    wait_until("the run to park", lambda: record(d, "pr-0").parked_until, 300)
     return d
 
 
@@ -77,7 +77,7 @@ def ended(scratch) -> Path:
     plan = local_plan([candidate("pr-0", src)])
     d = scratch / "camp-ended"
     sweep("init", str(write_plan(scratch / "plan-ended.json", plan)), "--campaign", str(d))
-    tick_until_done(d, timeout=180)
+    tick_until_done(d, timeout=420)
     assert record(d, "pr-0").reason == "gates_failed"
     return d
 

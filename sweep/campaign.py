@@ -21,7 +21,8 @@ from pydantic import ValidationError
 
 from runstate import RunRecord, create_run_dir, load_record, save_record
 from runstate.errors import ConfigError, validation_problem
-from runstate.files import make_private_dir, read_model, write_atomic, write_model_atomic
+from runstate.files import (MAX_RECORD_BYTES, make_private_dir, read_bytes, read_model, write_atomic,
+                            write_model_atomic)
 from runstate.models import PIPELINE_ROLES
 from runstate.paths import CANDIDATE_FILE, RunPaths
 from sweep import __version__
@@ -275,12 +276,14 @@ def load_campaign(campaign_dir: Path) -> CampaignFile:
     """Read campaign.toml; a missing or invalid file makes the campaign unusable (ConfigError)."""
     path = Path(campaign_dir) / CAMPAIGN_FILE
     try:
-        raw = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        raise ConfigError("not a sweep campaign (no campaign.toml)", path=Path(campaign_dir),
-                          hint="create one with `sweep init PLAN --campaign DIR`") from None
-    except OSError as exc:     # campaign.toml a directory, unreadable, ...
+        raw = read_bytes(path, MAX_RECORD_BYTES)    # a FIFO or a link to /dev/zero: refused, not read
+    except NotADirectoryError:
+        raw = None
+    except OSError as exc:     # campaign.toml a directory, a FIFO, unreadable, ...
         raise ConfigError(f"campaign.toml cannot be read: {exc.strerror or exc}", path=path) from None
+    if raw is None:
+        raise ConfigError("not a sweep campaign (no campaign.toml)", path=Path(campaign_dir),
+                          hint="create one with `sweep init PLAN --campaign DIR`")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
         return CampaignFile.model_validate(data)

@@ -279,7 +279,8 @@ class TickReport(Tolerant):
     squeue_known: bool
     squeue_error: str | None = None
     squeue_jobs: int = 0
-    runs_read: int = 0
+    runs_read: int = 0                  # runs whose state.json this tick read
+    runs_indexed: int = 0               # ended runs the ended-runs index vouched for (not read)
     corrupt: list[str] = Field(default_factory=list)
     actions: list[dict[str, Any]] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)

@@ -29,7 +29,7 @@ class TickOutcome:
     message: str
 
 
-def run_tick(campaign_dir: Path, *, scheduler=None) -> TickOutcome:
+def run_tick(campaign_dir: Path, *, scheduler=None, full: bool = False) -> TickOutcome:
     from filelock import FileLock, Timeout
 
     campaign = Campaign.load(campaign_dir)             # unusable campaign -> ConfigError, exit != 0
@@ -45,7 +45,7 @@ def run_tick(campaign_dir: Path, *, scheduler=None) -> TickOutcome:
     collecting = gc.isenabled()
     gc.disable()     # a one-shot pass over acyclic records: the collector would only rescan them
     try:
-        report = _tick(campaign, scheduler or campaign.scheduler())
+        report = _tick(campaign, scheduler or campaign.scheduler(), full)
     finally:
         if collecting:
             gc.enable()
@@ -59,15 +59,15 @@ def _overran(signum, frame):  # pragma: no cover - exercised by a subprocess tes
     raise SystemExit("sweep tick: exceeded tick.max_runtime_s; exiting so the next tick can run")
 
 
-def _tick(campaign: Campaign, scheduler) -> TickReport:
+def _tick(campaign: Campaign, scheduler, full: bool = False) -> TickReport:
     from sweep.tick.act import Actor
-    from sweep.tick.observe import observe
+    from sweep.tick.observe import observe, remember_endings
     from sweep.tick.plan import PlanSettings, plan_tick
 
     started = time.time()
     t0 = time.monotonic()
     campaign_dir = campaign.dir
-    snap, meta = observe(campaign_dir, scheduler)
+    snap, meta = observe(campaign_dir, scheduler, full=full)
     s = campaign.settings
     cfg = PlanSettings(target_verified=s.target_verified, max_parallel=s.max_parallel,
                        max_gpu_parallel=s.max_gpu_parallel, max_spend_usd=s.max_spend_usd,
@@ -83,13 +83,20 @@ def _tick(campaign: Campaign, scheduler) -> TickReport:
         rec = view.record
         key = rec.state.value if rec.state is not RunState.ended else f"ended:{rec.outcome.value}"
         counts[key] = counts.get(key, 0) + 1
+    scan = meta["scan"]
+    for ending in scan.settled.values():
+        key = f"ended:{ending.outcome}"
+        counts[key] = counts.get(key, 0) + 1
     if meta["corrupt"]:
         counts["corrupt"] = len(meta["corrupt"])
+    index_error = remember_endings(campaign_dir, scan, snap, full=full)
+    if index_error:
+        actor.errors.append(index_error)
     finished = time.time()
     report = TickReport(started_at=started, finished_at=finished, duration_s=time.monotonic() - t0,
                         host=f"{socket.gethostname()}.{os.getpid()}", squeue_known=snap.queue_known,
                         squeue_error=meta["squeue_error"], squeue_jobs=len(snap.queue),
-                        runs_read=len(snap.runs) + len(meta["corrupt"]),
+                        runs_read=len(snap.runs) + len(meta["corrupt"]), runs_indexed=len(scan.settled),
                         corrupt=[f"{rid}: {why}" for rid, why in sorted(meta["corrupt"].items())][:100],
                         actions=actor.done, errors=actor.errors, draining=snap.draining, counts=counts,
                         waiting=actor.waiting, ghosts=actor.ghosts,

@@ -67,6 +67,9 @@ class Snapshot:
     end_states: dict[str, str] = field(default_factory=dict)      # job id -> "PREEMPTED", "FAILED", ...
     accounting: str = "not_asked"
     accounting_error: str | None = None
+    # ended runs that are not in `runs` (the ended-runs index vouched for them): all the plan needs
+    settled_verified: int = 0
+    settled_spent_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -299,11 +302,11 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
         if tok:
             jobs_by_token[tok] = job
 
-    verified = 0
+    verified = snap.settled_verified
     slots = {"all": 0, "gpu": 0}           # controller slots taken (or possibly taken) after this tick
     busy: set[str] = set()                 # runs that must not be admitted this tick
     canaries_active: dict[str, int] = {}
-    committed = 0.0                        # money spent or promised (for the allocation)
+    committed = snap.settled_spent_usd     # money spent or promised (for the allocation)
     waits: list[Action] = []
 
     def hold_slot(rec: RunRecord) -> None:

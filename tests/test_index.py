@@ -115,6 +115,17 @@ def test_a_run_reopened_behind_the_index_is_read_again(campaign):
     assert report["counts"] == truth(campaign)
 
 
+def test_sweep_retry_reopens_an_indexed_run_and_the_tick_sees_it(campaign):
+    tick(campaign)
+    assert "pr-002" in load_index(campaign).entries
+    sweep("retry", "pr-002", "--reason", "index test", "--campaign", str(campaign))
+    st = collect_status(campaign)
+    assert st["counts"]["queued"] == 3 and "generated_unverified" not in st["outcomes"]
+    report = tick(campaign)
+    assert report["counts"] == truth(campaign) and report["counts"]["queued"] == 3
+    assert "pr-002" not in load_index(campaign).entries
+
+
 def test_an_ending_rewritten_with_another_outcome_is_seen(campaign):
     tick(campaign)
     end(campaign, "pr-000", Outcome.blocked, "review_rejected")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from runstate import RunRecord, load_record, run_dir, save_record
+from runstate import load_record, run_dir, save_record
 from runstate.index import INDEX_FILE, RACY_NS, Ending, load_index
 from runstate.models import Outcome, RunState
 from runstate.runs import list_runs, scan_runs

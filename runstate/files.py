@@ -9,10 +9,17 @@ Guarantees:
   content comes back as a `Loaded` whose `problem` says what was wrong, so one corrupt file can never
   stop a tick.
 - Readers open the file fresh every time (NFS close-to-open consistency); nothing is cached.
+- Readers refuse what must never stall or exhaust a tick: a symlink (`O_NOFOLLOW`: a link to
+  /dev/zero would be read forever), a FIFO or device (opened `O_NONBLOCK`, then refused by `fstat`:
+  a FIFO with no writer would block the open or the read), anything that is not a regular file, and
+  a file larger than a cap. Refusal raises `RefusedFile` (an OSError), which every reader already
+  reports as "unreadable: ..." for that one file while the others proceed.
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -25,6 +32,13 @@ from runstate.atomic import (DIR_MODE, FILE_MODE, _unlink_quietly, fsync_dir, ma
                              temp_name, unique_suffix, write_all, write_atomic)
 
 M = TypeVar("M", bound=BaseModel)
+
+# Caps on what one read may load. A run's state.json is 0.6-2 KB in practice and a lease about 300
+# bytes; anything near the cap is broken or hostile, and reading it whole would cost the tick memory.
+MAX_RECORD_BYTES = 4 << 20          # state.json, lease.json, spend.json and the campaign's markers
+MAX_READ_BYTES = 256 << 20          # anything else read whole (PR evidence, events.jsonl)
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
 
 def write_model_atomic(path: Path, model: BaseModel, mode: int = FILE_MODE) -> None:
     write_atomic(path, dump_model(model), mode)
@@ -49,12 +63,77 @@ class Loaded(Generic[M]):
         return self.value is not None
 
 
-def read_bytes(path: Path) -> bytes | None:
+class RefusedFile(OSError):
+    """A file the read path will not read: a symlink, a FIFO, a device, a directory, or too large."""
+
+    def __init__(self, path, why: str):
+        super().__init__(errno.EINVAL, f"refused: {why}", os.fspath(path))
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def open_regular(path, cap: int = MAX_RECORD_BYTES) -> tuple[int, os.stat_result] | None:
+    """Open `path` for reading only if it is a regular file of at most `cap` bytes.
+
+    Returns (fd, fstat) — the caller closes fd — or None if it does not exist. Raises RefusedFile
+    for a symlink (O_NOFOLLOW: ELOOP), a FIFO, a device, a directory or a file over `cap`;
+    O_NONBLOCK keeps the open of a FIFO without a writer from blocking before fstat can refuse it.
+    """
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        fd = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RefusedFile(path, "a symlink") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile(path, _kind(st.st_mode))
+        if st.st_size > cap:
+            raise RefusedFile(path, f"{st.st_size} bytes, over the {cap}-byte cap")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_fd(fd: int, path, cap: int) -> bytes:
+    """Read an open regular file to its end, refusing it if it grows past `cap` meanwhile."""
+    chunks = []
+    total = 0
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > cap:
+            raise RefusedFile(path, f"grew over the {cap}-byte cap while being read")
+        chunks.append(chunk)
+    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+def read_bytes(path: Path, cap: int = MAX_READ_BYTES) -> bytes | None:
+    """The bytes of a regular file, or None if it does not exist; RefusedFile for anything else."""
+    opened = open_regular(path, cap)
+    if opened is None:
+        return None
+    fd, _ = opened
+    try:
+        return read_fd(fd, path, cap)
+    finally:
+        os.close(fd)
 
 
 def parse_model(path: Path, raw: bytes, model: type[M]) -> Loaded[M]:
@@ -72,25 +151,13 @@ def parse_model(path: Path, raw: bytes, model: type[M]) -> Loaded[M]:
         return Loaded(path, None, "invalid: " + describe_validation_error(exc), raw=raw)
 
 
-def read_raw(path: str) -> bytes | None:
+def read_raw(path: str, cap: int = MAX_RECORD_BYTES) -> bytes | None:
     """The bytes of `path` (a plain string: no pathlib on hot paths), or None if it does not exist.
 
-    Opened with os.open/os.read, fresh each time (NFS close-to-open consistency).
+    Opened with os.open/os.read, fresh each time (NFS close-to-open consistency); a symlink, FIFO,
+    device or oversized file raises RefusedFile (see `open_regular`).
     """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+    return read_bytes(path, cap)
 
 
 def parse_model_fast(path, raw: bytes, model: type[M]) -> Loaded[M]:
@@ -106,8 +173,8 @@ def read_model(path: Path, model: type[M]) -> Loaded[M]:
     """Read and validate `path` as `model`; never raises for file content problems."""
     path = Path(path)
     try:
-        raw = read_bytes(path)
-    except OSError as exc:   # EACCES, EISDIR, EIO on a flaky mount: report, don't crash the tick
+        raw = read_bytes(path, MAX_RECORD_BYTES)
+    except OSError as exc:   # EACCES, EIO on a flaky mount, RefusedFile: report, don't crash the tick
         return Loaded(path, None, f"unreadable: {exc.strerror or exc}")
     if raw is None:
         return Loaded(path, None, "missing", missing=True)

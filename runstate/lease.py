@@ -24,7 +24,6 @@ hand over, heartbeat and release their own lease.
 """
 from __future__ import annotations
 
-import errno
 import os
 import socket
 import time
@@ -32,11 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runstate.errors import LeaseError
-from runstate.files import (FILE_MODE, Loaded, _unlink_quietly, dump_model, fsync_dir, parse_model,
-                            parse_model_fast, read_bytes, temp_name, write_all)
+from runstate.files import (FILE_MODE, MAX_RECORD_BYTES, Loaded, _unlink_quietly, dump_model, fsync_dir,
+                            open_regular, parse_model, parse_model_fast, read_bytes, read_fd, temp_name,
+                            write_all)
 from runstate.models import Lease
+from runstate.paths import LEASE_FILE
 
-LEASE_FILE = "lease.json"
 _HOST = socket.gethostname()
 
 
@@ -70,24 +70,37 @@ def read_lease(rdir: Path) -> LeaseView | None:
 
 def read_lease_at(path: Path | str) -> LeaseView | None:
     """read_lease for hot loops (`path` may be a plain string: most runs have no lease, and a
-    failed open is all that costs)."""
+    failed open is all that costs). A lease.json that is a symlink, FIFO, device or oversized, or
+    cannot be read, comes back corrupt (judged by its own mtime), never as an exception or a hang."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        st = os.fstat(fd)
-        chunks = []
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    raw = b"".join(chunks)
+        opened = open_regular(path, MAX_RECORD_BYTES)
+        if opened is None:
+            return None
+        fd, st = opened
+        try:
+            raw = read_fd(fd, path, MAX_RECORD_BYTES)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return LeaseView(Path(path), b"", None, f"unreadable: {exc.strerror or exc}", _lstat_mtime(path))
     loaded: Loaded[Lease] = parse_model_fast(path, raw, Lease)
     return LeaseView(Path(path), raw, loaded.value, loaded.problem, st.st_mtime)
+
+
+def _lstat_mtime(path) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return time.time()      # vanished meanwhile: judged young, looked at again next tick
+
+
+def _read_tomb(tomb: Path) -> bytes:
+    """A taken lease's bytes; b"" for one the read path refuses (it then compares like an empty,
+    torn lease: both are garbage that only a TTL reap removes)."""
+    try:
+        return read_bytes(tomb, MAX_RECORD_BYTES) or b""
+    except OSError:
+        return b""
 
 
 def acquire_lease(rdir: Path, *, run_id: str, token: str, holder: str = "tick",
@@ -148,7 +161,7 @@ def _take_own(rdir: Path, token: str, attempts: int = 5) -> tuple[Path, Lease]:
                 delay *= 2
                 continue
             raise LeaseLost("no lease: it was released or reaped", path=lease_path(rdir))
-        loaded = parse_model(tomb, read_bytes(tomb) or b"", Lease)
+        loaded = parse_model(tomb, _read_tomb(tomb), Lease)
         if loaded.value is not None and loaded.value.token == token:
             return tomb, loaded.value
         _put_back(tomb, rdir)
@@ -246,34 +259,13 @@ def reap_lease(rdir: Path, judged: LeaseView) -> bool:
     tomb = _take(rdir)
     if tomb is None:
         return False
-    current = read_bytes(tomb)
+    current = _read_tomb(tomb)
     if current == judged.raw:
         _unlink_quietly(tomb)
         fsync_dir(Path(rdir))
         return True
     _put_back(tomb, rdir)
     return False
-
-
-def sweep_tombstones(rdir: Path, older_than_s: float = 3600, now: float | None = None) -> int:
-    """Remove leftovers of crashed lease operations (never the lease itself)."""
-    now = time.time() if now is None else now
-    removed = 0
-    try:
-        names = os.listdir(rdir)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        if name.startswith(f".{LEASE_FILE}.") and (".tomb." in name or ".new." in name):
-            p = Path(rdir) / name
-            try:
-                if now - p.stat().st_mtime > older_than_s:
-                    p.unlink()
-                    removed += 1
-            except (FileNotFoundError, OSError) as exc:
-                if getattr(exc, "errno", None) not in (None, errno.ENOENT):
-                    continue
-    return removed
 
 
 STRAY_MIN_AGE_S = 10.0     # a lease operation takes milliseconds; a stray older than this is left by a kill

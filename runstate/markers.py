@@ -12,6 +12,7 @@ import socket
 import time
 from pathlib import Path
 
+from runstate.errors import StateError
 from runstate.files import Loaded, read_model, write_model_atomic
 from runstate.models import (OUTAGE_COOLDOWN_S, THROTTLE_COOLDOWN_S, DrainMarker, OutageStamp,
                              validate_role)
@@ -32,8 +33,20 @@ def stamp_outage(campaign: Path, role: str, kind: str, detail: str | None = None
     stamp = OutageStamp(role=role, kind=kind, detail=detail, stamped_at=now,
                         cooldown_s=COOLDOWNS[kind] if cooldown_s is None else cooldown_s,
                         stamped_by=stamped_by or f"{socket.gethostname()}.{os.getpid()}")
-    write_model_atomic(outage_path(campaign, role), stamp)
+    _write_marker(outage_path(campaign, role), stamp)
     return stamp
+
+
+def _write_marker(path: Path, model) -> None:
+    """Write a marker; something else in its place (a directory, an unwritable file) is reported
+    as a StateError naming the path, never a traceback."""
+    if path.is_dir() and not path.is_symlink():
+        raise StateError(f"{path.name} is a directory, not a marker file", path=path,
+                         hint=f"remove it (rmdir {path}) and run the command again")
+    try:
+        write_model_atomic(path, model)
+    except OSError as exc:
+        raise StateError(f"cannot write {path.name}: {exc.strerror or exc}", path=path) from None
 
 
 def read_outage(campaign: Path, role: str) -> Loaded[OutageStamp]:
@@ -54,15 +67,22 @@ def request_drain(campaign: Path, reason: str | None = None, *, who: str | None 
                   now: float | None = None) -> DrainMarker:
     marker = DrainMarker(requested_by=who or f"{_user()}@{socket.gethostname()}",
                          requested_at=time.time() if now is None else now, reason=reason)
-    write_model_atomic(Path(campaign) / DRAIN_FILE, marker)
+    _write_marker(Path(campaign) / DRAIN_FILE, marker)
     return marker
 
 
 def clear_drain(campaign: Path) -> bool:
+    path = Path(campaign) / DRAIN_FILE
     try:
-        os.unlink(Path(campaign) / DRAIN_FILE)
+        os.unlink(path)
     except FileNotFoundError:
         return False
+    except IsADirectoryError:
+        raise StateError(f"{DRAIN_FILE} is a directory, not a drain marker; the campaign counts as "
+                         "draining while it is there", path=path,
+                         hint=f"remove it (rmdir {path})") from None
+    except OSError as exc:
+        raise StateError(f"cannot remove {DRAIN_FILE}: {exc.strerror or exc}", path=path) from None
     return True
 
 

@@ -22,6 +22,9 @@ DETAIL_LIMIT = 500
 
 OUTAGE_COOLDOWN_S = 45 * 60
 THROTTLE_COOLDOWN_S = 5 * 60
+OUTAGE_MAX_COOLDOWN_S = 4 * 3600        # the longest a stamp may park a role, whatever it says
+THROTTLE_MAX_COOLDOWN_S = 3600
+MAX_COOLDOWN_S = {"outage": OUTAGE_MAX_COOLDOWN_S, "throttle": THROTTLE_MAX_COOLDOWN_S}
 CLOCK_SKEW_S = 5 * 60
 
 
@@ -224,7 +227,10 @@ class OutageStamp(Tolerant):
 
     @property
     def until(self) -> float:
-        return self.stamped_at + self.cooldown_s
+        """The end of the cooldown, with the stamp's own cooldown clamped to [0, MAX_COOLDOWN_S]:
+        a stamp saying 1e12 s must not park a role for ever."""
+        limit = MAX_COOLDOWN_S.get(self.kind, OUTAGE_MAX_COOLDOWN_S)
+        return self.stamped_at + min(max(0.0, self.cooldown_s), limit)
 
     def is_active(self, now: float) -> bool:
         """Active while now < stamped_at + cooldown. A stamp slightly in the future (clock skew between
@@ -273,7 +279,8 @@ class TickReport(Tolerant):
     squeue_known: bool
     squeue_error: str | None = None
     squeue_jobs: int = 0
-    runs_read: int = 0
+    runs_read: int = 0                  # runs whose state.json this tick read
+    runs_indexed: int = 0               # ended runs the ended-runs index vouched for (not read)
     corrupt: list[str] = Field(default_factory=list)
     actions: list[dict[str, Any]] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)

@@ -14,14 +14,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from runstate.errors import StateError
-from runstate.files import (Loaded, append_line, describe_validation_error, make_private_dir, parse_model_fast,
-                            read_lines, read_model, read_raw, write_model_atomic)
+from runstate.files import (MAX_RECORD_BYTES, Loaded, append_line, describe_validation_error, make_private_dir,
+                            open_regular, parse_model_fast, read_fd, read_lines, read_model, write_model_atomic)
 from runstate.models import RUN_ID_RE, Event, RunRecord, validate_run_id
-
-STATE_FILE = "state.json"
-LEASE_FILE = "lease.json"
-EVENTS_FILE = "events.jsonl"
-RUNS_DIR = "runs"
+from runstate.paths import EVENTS_FILE, LEASE_FILE, RUNS_DIR, STATE_FILE, RunPaths  # noqa: F401 - re-exported
 
 
 def runs_root(campaign: Path) -> Path:
@@ -34,6 +30,7 @@ def run_dir(campaign: Path, run_id: str) -> Path:
 
 
 def create_run_dir(campaign: Path, run_id: str) -> Path:
+    make_private_dir(runs_root(campaign))     # mkdir(parents=True) would make runs/ 0755
     d = run_dir(campaign, run_id)
     make_private_dir(d)
     make_private_dir(d / "logs")
@@ -72,8 +69,15 @@ class RunListing:
     corrupt: dict[str, str] = field(default_factory=dict)     # run id -> problem
 
 
-def iter_run_ids(campaign: Path) -> list[str]:
-    """Names under runs/ that could be runs (valid ids, directories); sorted for a stable panel order."""
+SYMLINKED_RUN = ("the run directory is a symbolic link; sweep does not follow it (a run's files "
+                 "must live in runs/ itself): replace the link with the directory")
+
+
+def iter_run_ids(campaign: Path, symlinks: list[str] | None = None) -> list[str]:
+    """Names under runs/ that could be runs (valid ids, directories); sorted for a stable panel order.
+
+    A symbolic link with a run's name is not followed (it could point anywhere); its name is added
+    to `symlinks` when given, so that the tick and status report it instead of dropping it."""
     root = runs_root(campaign)
     try:
         entries = list(os.scandir(root))
@@ -86,32 +90,56 @@ def iter_run_ids(campaign: Path) -> list[str]:
         try:
             if entry.is_dir(follow_symlinks=False):
                 ids.append(entry.name)
+            elif symlinks is not None and entry.is_symlink():
+                symlinks.append(entry.name)
         except OSError:
             continue
     ids.sort()
     return ids
 
 
+def run_dir_problem(rdir: Path) -> str | None:
+    """Why a run directory cannot be used as one (the same words for tick, status and show)."""
+    return SYMLINKED_RUN if Path(rdir).is_symlink() else None
+
+
 def read_record_at(path: str, run_id: str) -> Loaded[RunRecord]:
     """load_record for hot loops: `path` is the state.json path as a plain string."""
+    return read_record_ident(path, run_id)[0]
+
+
+def read_record_ident(path: str, run_id: str) -> tuple[Loaded[RunRecord], tuple | None]:
+    """The record, and the identity (ino, size, mtime_ns, ctime_ns) of the very file it was read
+    from (fstat of the open descriptor, so the two cannot disagree). A symlink, FIFO, device or
+    oversized state.json is refused as unreadable (runstate.files.open_regular)."""
     try:
-        raw = read_raw(path)
+        opened = open_regular(path, MAX_RECORD_BYTES)
+        if opened is None:
+            return Loaded(path, None, "missing", missing=True), None
+        fd, st = opened
+        try:
+            raw = read_fd(fd, path, MAX_RECORD_BYTES)
+        finally:
+            os.close(fd)
     except OSError as exc:
-        return Loaded(path, None, f"unreadable: {exc.strerror or exc}")
-    if raw is None:
-        return Loaded(path, None, "missing", missing=True)
+        return Loaded(path, None, f"unreadable: {exc.strerror or exc}"), None
     loaded = parse_model_fast(path, raw, RunRecord)
     if loaded.value is not None and loaded.value.run_id != run_id:
-        return Loaded(path, None, f"run_id {loaded.value.run_id!r} does not match its directory", raw=raw)
-    return loaded
+        return Loaded(path, None, f"run_id {loaded.value.run_id!r} does not match its directory", raw=raw), None
+    return loaded, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def list_runs(campaign: Path) -> RunListing:
     """Every run's record; corrupt ones reported, non-runs skipped. One open+read per run and
-    no pathlib in the loop: at 100,000 runs this is most of what a tick costs."""
+    no pathlib in the loop. Reads every run: the tick and status use `scan_runs`, which skips
+    the ended runs the index vouches for."""
     listing = RunListing()
     root = os.fspath(runs_root(campaign))
-    for run_id in iter_run_ids(campaign):
+    symlinks: list[str] = []
+    ids = iter_run_ids(campaign, symlinks)
+    for run_id in symlinks:
+        listing.corrupt[run_id] = SYMLINKED_RUN
+    for run_id in ids:
         loaded = read_record_at(f"{root}/{run_id}/{STATE_FILE}", run_id)
         if loaded.missing:
             continue               # a folder without state.json is not (yet) a run
@@ -120,6 +148,61 @@ def list_runs(campaign: Path) -> RunListing:
         else:
             listing.records[run_id] = loaded.value
     return listing
+
+
+@dataclass
+class RunScan:
+    """The campaign's runs as the tick and status see them.
+
+    `records`: runs read from their files (every live run, and ended runs the index does not vouch
+    for), with `idents` the state.json identity each was read from. `settled`: ended runs whose
+    index entry a stat(2) confirmed, not read. `index`: the index as loaded, for the tick to update.
+    """
+    records: dict[str, RunRecord] = field(default_factory=dict)
+    idents: dict[str, tuple] = field(default_factory=dict)
+    corrupt: dict[str, str] = field(default_factory=dict)
+    settled: dict = field(default_factory=dict)             # run id -> runstate.index.Ending
+    stale: list[str] = field(default_factory=list)          # index entries that no longer hold
+    index: object = None                                    # runstate.index.EndedIndex
+    started_ns: int = 0
+
+    @property
+    def run_count(self) -> int:
+        return len(self.records) + len(self.settled)
+
+
+def scan_runs(campaign: Path, *, use_index: bool = True) -> RunScan:
+    """Every run, reading only the files of runs the ended-runs index does not vouch for.
+
+    An index entry is used only if stat(2) of its state.json still gives the identity it was read
+    with (runstate/index.py); otherwise, and for every run not in the index, the run is read from
+    its files exactly as `list_runs` reads it. `use_index=False` reads every run (`tick --full`).
+    """
+    from runstate.index import EndedIndex, load_index, still_true
+    scan = RunScan(started_ns=time.time_ns())
+    root = os.fspath(runs_root(campaign))
+    index = load_index(campaign) if use_index else EndedIndex(problem="not used (full read)")
+    scan.index = index
+    entries = index.entries
+    for run_id in iter_run_ids(campaign):
+        ending = entries.get(run_id)
+        if ending is not None:
+            if still_true(root, ending):
+                scan.settled[run_id] = ending
+                continue
+            scan.stale.append(run_id)
+        loaded, ident = read_record_ident(f"{root}/{run_id}/{STATE_FILE}", run_id)
+        if loaded.missing:
+            continue
+        if loaded.value is None:
+            scan.corrupt[run_id] = loaded.problem or "unreadable"
+        else:
+            scan.records[run_id] = loaded.value
+            scan.idents[run_id] = ident
+    if len(scan.settled) + len(scan.stale) < len(entries):       # entries of runs that are gone
+        listed = scan.settled.keys() | set(scan.stale)
+        scan.stale.extend(rid for rid in entries if rid not in listed)
+    return scan
 
 
 def append_event(rdir: Path, event: Event) -> None:

@@ -60,7 +60,7 @@ def _who() -> str:
 class _TickLock:
     def __init__(self, campaign_dir: Path, wait_s: float):
         from filelock import FileLock
-        self.lock = FileLock(str(Path(campaign_dir) / LOCK_FILE), timeout=wait_s)
+        self.lock = FileLock(str(Path(campaign_dir) / LOCK_FILE), timeout=wait_s, mode=0o600)
         self.wait_s = wait_s
 
     def __enter__(self):
@@ -155,11 +155,6 @@ def retry_run(campaign_dir: Path, run_id: str, *, reason: str | None = None,
 
 # ---- abort ---------------------------------------------------------------------------------------
 
-def _scheduler(campaign_dir: Path, campaign):
-    from sweep.scheduler import make_scheduler
-    return make_scheduler(campaign.settings.scheduler, campaign_dir, campaign.job_prefix)
-
-
 def _wait_gone(scheduler, job_id: str, deadline: float) -> tuple[bool, str]:
     """(True, "") once a successfully read queue no longer lists the job. An unreadable queue is
     UNKNOWN, never 'gone'."""
@@ -179,7 +174,7 @@ def abort_run(campaign_dir: Path, run_id: str, *, reason: str | None = None, wai
     """Stop a queued or active run for good: cancel its job, wait until the scheduler no longer
     lists it (its controller, on SIGTERM, stops its sessions' process groups), reap the dead
     holder's lease, and end the run `blocked` with reason `aborted`."""
-    from sweep.campaign import load_campaign
+    from sweep.campaign import Campaign, load_campaign
     campaign_dir = Path(campaign_dir).resolve()
     campaign = load_campaign(campaign_dir)
     with _TickLock(campaign_dir, lock_wait_s):
@@ -190,7 +185,7 @@ def abort_run(campaign_dir: Path, run_id: str, *, reason: str | None = None, wai
                           + ("" if rec.outcome is Outcome.verified else f" (`sweep retry {run_id}` re-admits it)"))
         cancelled = ""
         if rec.state is RunState.active and rec.job_id:
-            sched = scheduler or _scheduler(campaign_dir, campaign)
+            sched = scheduler or Campaign(campaign_dir, campaign).scheduler()
             sched.cancel([rec.job_id])
             append_event(rdir, Event(run_id=run_id, kind="abort_requested", by=_who(),
                                      detail=f"cancelled job {rec.job_id}" + (f": {reason}" if reason else "")))

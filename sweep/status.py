@@ -16,7 +16,7 @@ from runstate.files import read_model
 from runstate.lease import read_lease_at
 from runstate.markers import read_drain, read_outage
 from runstate.models import PIPELINE_ROLES, RunState, TickReport
-from runstate.runs import list_runs, runs_root
+from runstate.runs import runs_root, scan_runs
 from sweep import textsafe
 from sweep.campaign import load_campaign
 
@@ -37,7 +37,7 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
     campaign_dir = Path(campaign_dir).resolve()
     campaign = load_campaign(campaign_dir)
     s = campaign.settings
-    listing = list_runs(campaign_dir)
+    listing = scan_runs(campaign_dir)    # ended runs the index vouches for are not read (a stat each)
     root = os.fspath(runs_root(campaign_dir))
     counts: dict[str, int] = {"queued": 0, "active": 0, "ended": 0}
     outcomes: dict[str, int] = {}
@@ -88,6 +88,13 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
             held.append(entry)
         if rec.last_error and rec.state is not RunState.ended:
             errors.append({"run_id": run_id, "error": rec.last_error})
+    if listing.settled:       # ended runs the index vouched for: what status shows of them is in it
+        counts["ended"] += len(listing.settled)
+        for run_id, e in listing.settled.items():
+            outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
+            ended.append({"run_id": run_id, "outcome": e.outcome, "reason": e.reason, "lane": e.lane})
+            spent += e.spent_usd
+        ended.sort(key=lambda e: e["run_id"])
     tick = None
     interval_s = s.tick.interval_minutes * 60
     if tick_loaded.value is not None:
@@ -123,7 +130,7 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
     return {"campaign": str(campaign_dir), "lanes_backing_off": lanes, "name": s.name, "campaign_id": campaign.campaign_id,
             "isolation": getattr(s, "isolation", "bwrap"),
             "backend": s.scheduler.backend, "target_verified": s.target_verified,
-            "runs": len(listing.records), "counts": counts, "outcomes": outcomes,
+            "runs": listing.run_count, "counts": counts, "outcomes": outcomes,
             "corrupt": listing.corrupt, "tick": tick, "interval_s": interval_s,
             "draining": draining, "drain": drain_info, "cooldowns": cooldowns,
             "active": active, "held": held, "errors": errors, "ended": ended,

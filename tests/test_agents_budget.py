@@ -99,3 +99,19 @@ def test_a_bad_key_stops_the_whole_key_family(tmp_path):
         assert "key family anthropic" in json.loads(outage_path(d, "author").read_text())["detail"]
     finally:
         fake.close()
+
+
+@needs_claude
+def test_a_candidate_cap_below_one_agent_session_is_never_admitted(tmp_path):
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    runtimes = {"author": "claude-code", "reviewer": "oracle", "solver": "oracle"}
+    options = {"author": {"base_url": "http://127.0.0.1:9", "max_retries": 0}}
+    plan = local_plan([candidate("pr-0", src, runtime_options=options, max_spend_usd=2.0)],
+                      defaults={"runtimes": runtimes})
+    d = tmp_path / "camp"
+    sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
+    assert record(d, "pr-0").reservation_usd == 5.0          # the author's cost cap, not the plan's 0
+    sweep("tick", "--campaign", str(d))
+    rec = record(d, "pr-0")
+    assert rec.state is RunState.ended and rec.reason == "budget_exhausted", rec
+    assert not (run_dir(d, "pr-0") / "sessions").exists()

@@ -61,6 +61,7 @@ def test_solver_edits_the_repo_with_cost_priced_from_tokens(tmp_path, fake):
 @pytest.mark.parametrize("status,code,message,cls", [
     (429, "rate_limit_exceeded", "slow down", "throttle"),
     (503, "server_error", "unavailable", "outage"),
+    (500, "server_error", "internal", "outage"),
     (401, "invalid_api_key", "bad key", "config"),
     (429, "insufficient_quota", "You exceeded your current quota", "config"),
 ])
@@ -102,3 +103,10 @@ def test_codex_cannot_play_a_read_only_judge():
     with pytest.raises(ConfigError, match="cannot restrict"):
         check_runtime_supports(spec, "codex", {})
     check_runtime_supports(shipped("solver")[0], "codex", {})
+
+
+def test_a_stalled_endpoint_is_stopped_as_an_outage(tmp_path, fake):
+    url = fake.script("solver", Script(stall=True))
+    result, req = run_agent(tmp_path, codex_role(), "codex", opts(url, stall_s=4))
+    assert result.status == "failed" and result.failure_class == "outage" and result.reason == "stalled", result.evidence
+    assert result.duration_s < 60

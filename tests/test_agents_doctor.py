@@ -49,3 +49,22 @@ def test_init_refuses_codex_as_the_read_only_reviewer(tmp_path):
     plan = local_plan([candidate("pr-0", src)], defaults={"runtimes": {"reviewer": "codex"}})
     r = sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(tmp_path / "c"), check=False)
     assert r.returncode == 2 and "cannot restrict an agent's tools" in r.stderr, r.stderr
+
+
+@needs_claude
+def test_doctor_runs_each_roles_command_line_in_the_sandbox(tmp_path):
+    d = tmp_path / "c"
+    sweep("init", str(_plan(tmp_path, {"base_url": "http://127.0.0.1:9"})), "--campaign", str(d))
+    out = sweep("doctor", "--no-network", "--campaign", str(d), env={"ANTHROPIC_API_KEY": FAKE_KEY}).stdout
+    assert "the claude-code command line for role author is accepted" in out, out
+
+
+def test_a_command_line_the_cli_refuses_is_a_config_error(tmp_path):
+    # a CLI that rejects its flags (as a renamed flag in a new version would) and prints no event
+    fake_cli = tmp_path / "bin" / "claude"
+    fake_cli.parent.mkdir()
+    fake_cli.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo '2.1.197 (Claude Code)'; exit 0; fi\n"
+                        "echo \"error: unknown option '$2'\" >&2; exit 1\n")
+    fake_cli.chmod(0o755)
+    r = sweep("init", str(_plan(tmp_path, {"binary": str(fake_cli)})), "--campaign", str(tmp_path / "c"), check=False)
+    assert r.returncode == 2 and "does not start" in r.stderr and "unknown option" in r.stderr, r.stderr

@@ -127,6 +127,7 @@ def codex(case: str):
     ("api_429_rate_limit_exceeded", 1, "throttle"),
     ("api_429_insufficient_quota", 1, "config"),
     ("api_503_server_error", 1, "outage"),
+    ("api_500_server_error", 1, "outage"),
     ("api_401_invalid_api_key", 1, "config"),
 ])
 def test_codex_streams_classify(case, rc, cls):

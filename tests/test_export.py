@@ -223,3 +223,20 @@ def test_export_killed_anywhere_leaves_whole_tasks_or_none(demo, tmp_path):
     assert not [p for p in out.iterdir() if p.name.startswith(".export-tmp-")]
     assert {p.name: tree_digest(p) for p in out.iterdir() if p.is_dir()} == want
     assert lint_dataset(out)[0] == []
+
+
+def test_scripts_are_executable_even_when_the_bundle_lost_the_bit(demo, tmp_path):
+    """An agent's bundle may carry test.sh / solve.sh without the executable bit: the export sets it."""
+    task = demo / "runs" / "fix-clamp" / "task"
+    for rel in ("tests/test.sh", "solution/solve.sh"):
+        os.chmod(task / rel, 0o644)
+    try:
+        out = tmp_path / "dataset"
+        sweep("export", str(out), "--campaign", str(demo))
+        for rel in ("tests/test.sh", "solution/solve.sh"):
+            assert os.access(out / "fix-clamp" / rel, os.X_OK), rel
+        assert not os.access(out / "fix-clamp" / "solution" / "solution.patch", os.X_OK)
+        assert lint_dataset(out)[0] == []
+    finally:
+        for rel in ("tests/test.sh", "solution/solve.sh"):
+            os.chmod(task / rel, 0o755)

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -308,54 +307,53 @@ def _cancel_campaign(cluster, d: Path, env: dict) -> None:
 
 # ---- the issue's resolution: a campaign preempted repeatedly ends as it would without preemption -----
 
-def test_a_campaign_preempted_repeatedly_ends_every_pr_as_without_preemption(slurm_preempt_cluster, tmp_path):
+def test_a_campaign_preempted_repeatedly_ends_every_pr_as_without_preemption(slurm_preempt_cluster, tmp_path,
+                                                                             hold):
+    """Three PRs (three different endings) whose controllers are all preempted twice in the author
+    phase end exactly as the same campaign ends on the local backend with nothing stopping it,
+    and spend the same attempts."""
     cluster = slurm_preempt_cluster
     env = env_of(cluster)
     repos = tmp_path / "repos"
-    cands = [candidate(f"pr-{kind.replace('_', '-')}", make_pr_repo(repos, kind)) for kind in
-             ("verified", "no_tests", "passes_before")]
+    marker = f"marker-{uuid.uuid4().hex}"
+    srcs = {f"pr-{kind.replace('_', '-')}": make_pr_repo(repos, kind) for kind in
+            ("verified", "no_tests", "passes_before")}
 
-    def plan(backend: dict) -> dict:
-        p = local_plan(cands, max_parallel=3)
+    def plan(backend: dict, flag: Path) -> dict:
+        cands = [candidate(rid, src, runtime_options={"author": agent_options(
+            "author", "--repo", src["repo"], f"--hold-while={flag}", "--marker", marker)})
+                 for rid, src in srcs.items()]
+        p = local_plan(cands, max_parallel=3, defaults={"runtimes": {"author": "command"}})
         p["scheduler"] = backend
         return p
 
     # the same PRs without preemption (the local backend: same controller, nothing stops it)
     base_dir = tmp_path / "baseline"
     base_dir.mkdir()
-    baseline = init(base_dir, plan({"backend": "local", "local": {"cpu_slots": 3}}), env)
+    baseline = init(base_dir, plan({"backend": "local", "local": {"cpu_slots": 3}}, base_dir / "no-flag"), env)
     tick_until_done(baseline, env=env, timeout=240, pause=0.5)
-    want = {c["id"]: (record(baseline, c["id"]).outcome, record(baseline, c["id"]).reason) for c in cands}
+    want = {rid: (record(baseline, rid).outcome, record(baseline, rid).reason) for rid in srcs}
 
     d = init(tmp_path, plan({"backend": "slurm", "accounting": "jobcomp",
-                             "lanes": {"cpu": {"partition": "scavenger", "time": "10"}, "gpu": GPU_LANE}}), env)
-    preemptions = 0
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
+                             "lanes": {"cpu": {"partition": "scavenger", "time": "10"}, "gpu": GPU_LANE}},
+                            hold), env)
+    for _ in range(2):
         sweep("tick", "--campaign", str(d), env=env)
-        st = status_json(d, env=env)
-        if st["counts"]["queued"] == 0 and st["counts"]["active"] == 0:
-            break
-        if preemptions < 3:
-            # preempt every running controller once a phase of it is under way
-            live = [record(d, c["id"]) for c in cands]
-            live = [r for r in live if r.state is RunState.active
-                    and squeue_state(cluster, r.job_id) == "RUNNING"
-                    and any(e["kind"] == "phase_started" and e.get("by") == f"job:{r.job_id}"
-                            for e in events(d, r.run_id))]
-            if live:
-                hog = hog_the_node(cluster)
-                for r in live:
-                    wait_job_gone(cluster, r.job_id)
-                wait_job_gone(cluster, hog)
-                preemptions += 1
-        time.sleep(0.5)
-    got = {c["id"]: (record(d, c["id"]).outcome, record(d, c["id"]).reason) for c in cands}
+        recs = [record(d, rid) for rid in srcs]
+        assert all(r.state is RunState.active for r in recs), recs
+        wait_until("every author session to be running",
+                   lambda: len(processes_with(marker)) >= len(srcs), 120)
+        hog = hog_the_node(cluster)
+        for r in recs:
+            wait_job_gone(cluster, r.job_id)
+        wait_job_gone(cluster, hog)
+        wait_until("every run's interruption", lambda recs=recs: all(
+            record(d, r.run_id).state is RunState.queued for r in recs), 30)
+    finish(d, env, hold)
+    got = {rid: (record(d, rid).outcome, record(d, rid).reason) for rid in srcs}
     assert got == want, (got, want)
-    recs = [record(d, c["id"]) for c in cands]
-    assert preemptions >= 2 and sum(r.interruptions for r in recs) >= preemptions, \
-        (preemptions, [(r.run_id, r.interrupted_by) for r in recs])
-    assert all(r.attempts == record(baseline, r.run_id).attempts for r in recs), \
-        [(r.run_id, r.attempts, r.interrupted_by) for r in recs]
-    shown = sweep("show", recs[0].run_id, "--campaign", str(d), env=env).stdout
-    assert f"interruptions {recs[0].interruptions}/10" in shown
+    for rid in srcs:
+        rec = record(d, rid)
+        assert rec.interrupted_by == {"preempted": 2} and rec.attempts == record(baseline, rid).attempts, rec
+    shown = sweep("show", "pr-verified", "--campaign", str(d), env=env).stdout
+    assert "interruptions 2/10" in shown and "preempted 2" in shown

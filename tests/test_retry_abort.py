@@ -169,3 +169,42 @@ def test_bad_run_ids_are_refused_as_input(tmp_path, verb):
     d = _init(tmp_path, payload_plan(1), {})
     r = sweep(verb, "../etc", "--campaign", str(d), check=False)
     assert r.returncode == 2 and "invalid run id" in r.stderr
+
+
+def test_abort_stops_a_real_controller_and_its_running_session(tmp_path):
+    """A real controller in the author phase, its (command-runtime) session held open: abort ends
+    the session's processes, the job and the run, and leaves no lease."""
+    import tempfile
+    import uuid
+
+    from tests.fakes.runs import (agent_options, candidate, count, events, local_plan, processes_with,
+                                  wait_until)
+    from sweep.harbor.samples import make_pr_repo
+    hold_dir = Path(tempfile.mkdtemp(prefix="sweep-test-abort-", dir="/var/tmp"))
+    flag = hold_dir / "hold"
+    flag.write_text("hold\n")
+    marker = f"marker-{uuid.uuid4().hex}"
+    try:
+        src = make_pr_repo(tmp_path / "repos", "verified", name="mathx")
+        plan = local_plan([candidate("pr", src)], defaults={
+            "runtimes": {"author": "command"},
+            "runtime_options": {"author": agent_options("author", "--repo", src["repo"], f"--hold-while={flag}",
+                                                        "--marker", marker)}})
+        d = tmp_path / "camp"
+        sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
+        sweep("tick", "--campaign", str(d))
+        wait_until("the author session to run", lambda: count(events(d, "pr"), "session_started", "author")
+                   and processes_with(marker), 60)
+        r = sweep("abort", "pr", "--campaign", str(d), "--reason", "operator stop")
+        assert "ended blocked: aborted" in r.stdout, (r.stdout, r.stderr)
+        assert not processes_with(marker), "the session outlived the abort"
+        rec = _rec(d, "pr")
+        assert (rec.state, rec.outcome, rec.reason) == (RunState.ended, Outcome.blocked, "aborted")
+        assert read_lease(run_dir(d, "pr")) is None
+        kinds = _kinds(d, "pr")
+        assert "session_stopped" in kinds and kinds[-1] == "ended", kinds
+        sweep("tick", "--campaign", str(d))                   # a later tick leaves it alone
+        assert _rec(d, "pr").reason == "aborted"
+    finally:
+        flag.unlink(missing_ok=True)
+        hold_dir.rmdir()

@@ -173,6 +173,7 @@ def test_an_unrecorded_submission_is_adopted(campaign):
     """A tick killed between sbatch and writing the record: the next tick adopts the job."""
     from sweep.scheduler import make_scheduler
     from sweep.scheduler.base import JobSpec
+    from sweep.campaign import Campaign
     from sweep.tick.act import controller_argv
     d = campaign(payload_plan(1))
     c = load_campaign(d)
@@ -181,7 +182,7 @@ def test_an_unrecorded_submission_is_adopted(campaign):
     assert acquire_lease(rdir, run_id="pr-000", token=token, holder="tick")
     sched = make_scheduler(c.settings.scheduler, d, c.job_prefix)
     job_id = sched.submit(JobSpec(name=f"{c.job_prefix}{token}.pr-000",
-                                  argv=controller_argv(c, d, "pr-000", token), workdir=rdir,
+                                  argv=controller_argv(Campaign(d, c), "pr-000", token), workdir=rdir,
                                   stdout=rdir / "logs" / "controller.out",
                                   stderr=rdir / "logs" / "controller.err"))
     out = sweep("tick", "--campaign", str(d)).stdout

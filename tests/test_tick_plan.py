@@ -346,3 +346,15 @@ def test_a_lane_backing_off_holds_its_runs_while_the_other_lane_admits():
     assert reasons["r0"].startswith("lane cpu backing off") and reasons["r0"].endswith("Invalid partition name specified")
     probing = _snap([_rec(0), _rec(1)], lanes={"cpu": LaneBackoff(failures=2, until=NOW - 1, message="x")})
     assert [a.run_id for a in plan_tick(probing, CFG) if isinstance(a, Admit)] == ["r0"]
+
+
+def test_a_job_still_in_the_queue_after_its_controller_wrote_the_record_keeps_its_slot():
+    ended = _rec(0, state="ended", outcome="verified", job_id="7", submit_token="t")
+    failed = _rec(1, job_id="8", submit_token="u", attempts=1)        # queued by its own controller
+    snap = _snap([ended, failed, _rec(2), _rec(3)],
+                 queue={"7": QueueJob("7", "sw.c.t.r0"), "8": QueueJob("8", "sw.c.u.r1")})
+    cfg = PlanSettings(target_verified=10, max_parallel=3, max_gpu_parallel=1, max_spend_usd=None,
+                       lease_ttl_s=TTL, submit_grace_s=120)
+    actions = plan_tick(snap, cfg)
+    assert [a.run_id for a in actions if isinstance(a, Admit)] == ["r2"]
+    assert any(isinstance(a, Wait) and a.run_id == "r1" and "finishing" in a.reason for a in actions)

@@ -133,6 +133,10 @@ def show(run_id: str, campaign: str | None, as_json: bool) -> None:
     except ValueError as exc:
         raise ConfigError(str(exc), field="RUN_ID") from None
     rdir = run_dir(d, run_id)
+    from runstate.runs import run_dir_problem
+    problem = run_dir_problem(rdir)
+    if problem:        # the tick and status skip it with the same words: show does not follow it either
+        raise ConfigError(f"run {run_id}: {problem}", path=rdir)
     loaded = load_record(rdir)
     if loaded.missing:
         raise ConfigError(f"no run {run_id!r} in this campaign", path=d)

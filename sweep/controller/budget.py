@@ -13,8 +13,8 @@ from pathlib import Path
 
 from runstate.files import read_model, write_model_atomic
 from runstate.models import SpendEntry, SpendLedger
+from runstate.paths import SPEND_FILE
 
-SPEND_FILE = "spend.json"
 EPS = 1e-9
 # Runtimes that never call a paid API: their sessions reserve only what the plan says.
 UNPAID_RUNTIMES = frozenset({"oracle", "nop"})

@@ -19,6 +19,7 @@ import orjson
 from runstate.files import make_private_dir, write_atomic
 from runstate.lease import LeaseLost
 from runstate.markers import read_outage
+from runstate.paths import RunPaths
 from runstate.models import EndReason, Event, Outcome, RunRecord, RunState
 from runstate.runs import append_event, load_record, save_record
 from sweep import textsafe
@@ -80,6 +81,16 @@ class Ctx:
     interrupting: bool = False
     roles_cache: tuple[dict[str, Any], dict[str, str]] | None = field(default=None, repr=False)
     provider_cache: Any = field(default=None, repr=False)   # the sandbox provider, probed once per job
+
+    @property
+    def paths(self) -> RunPaths:
+        """The run directory's files (runstate.paths)."""
+        return RunPaths.at(self.rdir)
+
+    def evidence_path(self, kind: str, revision: int) -> Path:
+        """evidence/<kind>-rNNNN.json, its folder created (0700) if needed."""
+        make_private_dir(self.paths.evidence)
+        return self.paths.evidence_file(kind, revision)
 
     def say(self, text: str) -> None:
         text = textsafe.line(Redactor().scrub(text))     # controller.out is read on a terminal

@@ -22,10 +22,10 @@ from pathlib import Path
 import orjson
 
 from runstate.files import make_private_dir, read_bytes, write_atomic
+from runstate.paths import SOURCE_FILE
 from sweep.git import GitFailed, run_git
 from sweep.models.plan import GITHUB_PR_RE, FrozenCandidate
 
-SOURCE_FILE = "source.json"
 GIT_TIMEOUT_S = 300
 API_TIMEOUT_S = 60
 
@@ -90,7 +90,8 @@ def evidence_sha256(evidence: dict) -> str:
 
 
 def load_source(rdir: Path) -> dict | None:
-    """A frozen source.json whose checksum holds, else None (a torn or edited file is redone)."""
+    """A frozen source.json whose checksum holds and that reads as SourceEvidence, else None (a
+    torn, edited or malformed file is redone by intake)."""
     raw = read_bytes(Path(rdir) / SOURCE_FILE)
     if not raw:
         return None
@@ -99,6 +100,13 @@ def load_source(rdir: Path) -> dict | None:
     except orjson.JSONDecodeError:
         return None
     if not isinstance(data, dict) or data.get("evidence_sha256") != evidence_sha256(data):
+        return None
+    from pydantic import ValidationError
+
+    from sweep.models.evidence import SourceEvidence
+    try:
+        SourceEvidence.model_validate(data)
+    except ValidationError:
         return None
     return data
 

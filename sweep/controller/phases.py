@@ -12,9 +12,11 @@ import shutil
 import time
 from pathlib import Path
 
-from runstate.errors import ConfigError, ProviderError
-from runstate.files import make_private_dir, read_bytes
+from runstate.errors import ConfigError, ProviderError, StateError
+from runstate.files import make_private_dir
 from runstate.models import EndReason, Outcome, Phase
+from sweep.models.evidence import (Checkpoints, GatesEvidence, ReviewEvidence, SolveEvidence,
+                                   read_evidence)
 from sweep.controller.context import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, fresh_dir,
                                       write_json)
 from sweep.providers.audit import copy_tree
@@ -23,6 +25,11 @@ TRIAL_TIMEOUT_S = 900
 
 
 # ---- shared helpers ---------------------------------------------------------------------------
+
+def _checkpoints(ctx: Ctx) -> Checkpoints:
+    """state.json's checkpoints, read through their model (a malformed one is a StateError)."""
+    return Checkpoints.of(ctx.record.checkpoints, where=str(ctx.paths.state))
+
 
 def _options(ctx: Ctx):
     return ctx.candidate.candidate.options
@@ -67,7 +74,7 @@ def _source(ctx: Ctx) -> dict:
 
 
 def _session_dir(ctx: Ctx, role: str) -> Path:
-    root = make_private_dir(ctx.rdir / "sessions")
+    root = make_private_dir(ctx.paths.sessions)
     n = sum(1 for p in root.iterdir() if p.is_dir()) + 1
     return make_private_dir(root / f"{n:04d}-{role}")
 
@@ -79,8 +86,29 @@ def _git_export(repo: str, commit: str, dest: Path) -> None:
     make_private_dir(dest)
     try:
         export_tree(repo, commit, dest, timeout=600)
+        _make_private(dest)
     except GitFailed as exc:
+        if exc.unsafe:
+            # the tree itself (a `.git` entry, a path escaping the directory): the same on every
+            # attempt, so it ends the run instead of burning the remaining attempts
+            raise Ending(Outcome.blocked, EndReason.intake_failed, exc.message[-300:]) from None
         raise AttemptFailed(exc.message[-300:]) from None
+
+
+def _make_private(root: Path) -> None:
+    """git archive carries 0644/0755 modes, which tarfile restores: make the tree 0700/0600
+    (0700 for executables), as every file of a run is (docs/state.md); copies keep these modes."""
+    for base, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(base, name), 0o700, follow_symlinks=False) \
+                if not os.path.islink(os.path.join(base, name)) else None
+        for name in files:
+            path = os.path.join(base, name)
+            if os.path.islink(path):
+                continue
+            mode = os.stat(path).st_mode
+            os.chmod(path, 0o700 if mode & 0o111 else 0o600)
+    os.chmod(root, 0o700)
 
 
 def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
@@ -103,7 +131,7 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
         amount = reserve
     ok, why = ctx.budget.can_spend(amount)
     if not ok:
-        raise Ending(Outcome.generated_unverified if (ctx.rdir / "task").exists() else Outcome.blocked,
+        raise Ending(Outcome.generated_unverified if ctx.paths.task.exists() else Outcome.blocked,
                      EndReason.budget_exhausted, why)
     session_dir = _session_dir(ctx, role)
     op_id = session_dir.name
@@ -155,6 +183,15 @@ def _role_secrets(ctx: Ctx, spec, runtime: str, options: dict | None) -> dict:
     return session_secrets(ctx.campaign.settings, spec.key_family)
 
 
+def _redact_changed(workspace: Path, changed: list[str]) -> None:
+    """Scrub every known secret from the files a session changed (kept in the run directory)."""
+    from sweep.redact import Redactor
+    redactor = Redactor()
+    if redactor:
+        for rel in changed:
+            redactor.scrub_file(workspace / rel)
+
+
 def _end_if_secret_in_bundle(ctx: Ctx, bundle: Path, revision: int, *, install: bool) -> None:
     """A bundle holding a secret (in any spelling sweep/redact.py knows) ends the run blocked.
 
@@ -170,7 +207,7 @@ def _end_if_secret_in_bundle(ctx: Ctx, bundle: Path, revision: int, *, install: 
         redactor.scrub_file(bundle / rel)
     if install:
         _install_bundle(ctx, bundle)
-    write_json(make_private_dir(ctx.rdir / "evidence") / f"secret-scan-r{revision:04d}.json",
+    write_json(ctx.evidence_path("secret-scan", revision),
                {"files": leaked, "redacted": True, "at": time.time()})
     shown = ", ".join(leaked[:5]) + (f" and {len(leaked) - 5} more" if len(leaked) > 5 else "")
     raise Ending(Outcome.blocked, EndReason.secret_in_bundle,
@@ -199,10 +236,10 @@ def author(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256, validate_bundle
     src = _source(ctx)
     # after `sweep retry` revisions keep counting up, so no earlier evidence file is overwritten
-    revision = max(ctx.record.checkpoints.get("author", {}).get("revision", 0),
-                   ctx.record.checkpoints.get("retry", {}).get("after_revision", 0)) + 1
-    findings = ctx.record.checkpoints.get("repair", {}).get("findings", [])
-    workspace = fresh_dir(ctx.rdir / "work" / f"author-r{revision:04d}")
+    cps = _checkpoints(ctx)
+    revision = max(cps.author_revision, cps.retry_after_revision) + 1
+    findings = cps.repair.findings if cps.repair else []
+    workspace = fresh_dir(ctx.paths.work / f"author-r{revision:04d}")
     _git_export(src["repo"], src["base"], workspace / "repo")
     make_private_dir(workspace / "task")
     prompt = _author_prompt(src, findings)
@@ -216,11 +253,12 @@ def author(ctx: Ctx):
         if result.reason in PERMANENT_REFUSALS:     # the PR itself cannot become a task: retrying cannot help
             raise Ending(Outcome.blocked, EndReason.construction_failed, result.evidence or result.reason)
         raise AttemptFailed(f"author session {result.status}: {result.reason or ''} {result.evidence[:300]}")
+    _make_private(workspace / "task")     # whatever modes the author's tools used
     _end_if_secret_in_bundle(ctx, workspace / "task", revision, install=True)
     problems = validate_bundle(workspace / "task")
     if problems:
         return _repair_or_end(ctx, "author", [f"bundle invalid: {p}" for p in problems[:10]],
-                              no_bundle=not (ctx.rdir / "task").exists())
+                              no_bundle=not ctx.paths.task.exists())
     new_sha = bundle_sha256(workspace / "task")
     failed_before = _failed_gates_for(ctx, new_sha)
     if failed_before:
@@ -234,18 +272,16 @@ def author(ctx: Ctx):
 
 
 def _failed_gates_for(ctx: Ctx, sha: str) -> str | None:
-    import orjson
-    since = ctx.record.checkpoints.get("retry", {}).get("after_revision", 0)
-    for path in sorted((ctx.rdir / "evidence").glob("gates-r*.json")):
+    since = _checkpoints(ctx).retry_after_revision
+    for path in sorted(ctx.paths.evidence.glob("gates-r*.json")):
         try:
-            ev = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            continue
-        if (ev.get("revision") or 0) <= since:
+            ev = read_evidence(path, GatesEvidence)
+        except StateError:
+            continue    # not gate evidence: it cannot say this bundle failed
+        if ev is None or ev.revision <= since:
             continue    # judged before `sweep retry`: the operator asked for a fresh look
-        if ev.get("bundle_sha256") == sha and ev.get("passed") is False:
-            failed = [name for name, g in ev.get("gates", {}).items() if not g.get("ok")]
-            return f"revision {ev.get('revision')}: {', '.join(failed)} failed"
+        if ev.bundle_sha256 == sha and ev.passed is False:
+            return f"revision {ev.revision}: {', '.join(ev.failed())} failed"
     return None
 
 
@@ -287,13 +323,13 @@ def _install_bundle(ctx: Ctx, new_bundle: Path) -> None:
     renamed into revisions/, then the copy is renamed to task/. A crash leaves either the old
     task/ or a revision plus a staged copy, and the author phase (not yet checkpointed) reruns.
     """
-    staged = ctx.rdir / ".task.staged"
+    staged = ctx.paths.staged_task
     if staged.exists():
         shutil.rmtree(staged)
     shutil.copytree(new_bundle, staged, symlinks=True)
-    task = ctx.rdir / "task"
+    task = ctx.paths.task
     if task.exists():
-        revisions = make_private_dir(ctx.rdir / "revisions")
+        revisions = make_private_dir(ctx.paths.revisions)
         n = sum(1 for _ in revisions.iterdir()) + 1
         os.rename(task, revisions / f"{n:04d}")
     os.rename(staged, task)
@@ -301,7 +337,8 @@ def _install_bundle(ctx: Ctx, new_bundle: Path) -> None:
 
 def _repair_or_end(ctx: Ctx, where: str, findings: list[str], *, no_bundle: bool = False):
     quality = _options(ctx).quality
-    repairs = ctx.record.checkpoints.get("repair", {}).get("count", 0)
+    repair = _checkpoints(ctx).repair
+    repairs = repair.count if repair else 0
     if quality.repair and repairs < quality.max_repairs:
         ctx.event("repair", phase=ctx.record.phase.value,
                   detail=f"repair {repairs + 1}/{quality.max_repairs} after {where}: " + "; ".join(findings)[:300])
@@ -328,9 +365,9 @@ def gate_hash_seed(repeat: int) -> int:
 def gates(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256, validate_bundle
     from sweep.harbor.trial import run_trial
-    bundle = ctx.rdir / "task"
+    bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
-    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
+    revision = _checkpoints(ctx).author_revision
     repeats = _options(ctx).quality.gate_repeats
     problems = validate_bundle(bundle)
     results: dict = {"valid": {"ok": not problems, "detail": "; ".join(problems[:5])}}
@@ -342,7 +379,7 @@ def gates(ctx: Ctx):
         reports = {"reference": [], "empty": []}      # per-test outcomes of each run (JUnit)
         for i in range(repeats):
             for kind in ("reference", "empty"):
-                work = fresh_dir(ctx.rdir / "work" / f"gates-r{revision:04d}-{kind}-{i}")
+                work = fresh_dir(ctx.paths.work / f"gates-r{revision:04d}-{kind}-{i}")
                 trial = run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
                                   env={"PYTHONHASHSEED": str(gate_hash_seed(i))}, limits=_limits(ctx))
                 rewards[kind].append(trial.reward)
@@ -362,11 +399,11 @@ def gates(ctx: Ctx):
         # a task is verified only if some test fails before the fix and passes after it
         results["fail_to_pass"] = junit.compare_runs(reports["empty"], reports["reference"]).as_evidence()
     passed = all(r["ok"] for r in results.values())
-    evidence = {"bundle_sha256": sha, "revision": revision, "repeats": repeats, "passed": passed,
-                "gates": results, "hash_seeds": [gate_hash_seed(i) for i in range(repeats)],
-                "environment_fidelity": "host", "isolation": _provider(ctx).isolation if not problems else None,
-                "at": time.time()}
-    write_json(make_private_dir(ctx.rdir / "evidence") / f"gates-r{revision:04d}.json", evidence)
+    evidence = GatesEvidence(bundle_sha256=sha, revision=revision, repeats=repeats, passed=passed, gates=results,
+                             hash_seeds=[gate_hash_seed(i) for i in range(repeats)],
+                             environment_fidelity="host", at=time.time(),
+                             isolation=_provider(ctx).isolation if not problems else None)
+    write_json(ctx.evidence_path("gates", revision), evidence.to_json())
     if not passed:
         failed = [f"gate {name}: {r.get('detail') or r.get('rewards')}" for name, r in results.items() if not r["ok"]]
         return _repair_or_end(ctx, "gates", failed)
@@ -375,14 +412,17 @@ def gates(ctx: Ctx):
 
 def review(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256
-    bundle = ctx.rdir / "task"
+    bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
-    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
-    gates_cp = ctx.record.checkpoints.get("gates", {})
-    gates_file = ctx.rdir / "evidence" / f"gates-r{revision:04d}.json"
+    revision = _checkpoints(ctx).author_revision
+    gates_cp = _checkpoints(ctx).gates
+    try:
+        gates_read = read_evidence(ctx.paths.evidence_file("gates", revision), GatesEvidence)
+    except StateError as exc:
+        raise AttemptFailed(str(exc)) from None
+    gates_evidence = {"gates": {k: g.to_json() for k, g in gates_read.gates.items()}} if gates_read else {}
     import orjson
-    gates_evidence = orjson.loads(read_bytes(gates_file) or b"{}")
-    workspace = fresh_dir(ctx.rdir / "work" / f"review-r{revision:04d}")
+    workspace = fresh_dir(ctx.paths.work / f"review-r{revision:04d}")
     copy_tree(bundle, workspace / "task")
     prompt = ("# Review this task bundle\n\nThe bundle is in `task/`. The controller's gate results:\n\n"
               + orjson.dumps(gates_evidence.get("gates", {}), option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -394,9 +434,9 @@ def review(ctx: Ctx):
     verdict = result.structured_output or {}
     decision = verdict.get("verdict")
     findings = [str(f) for f in verdict.get("findings", [])][:20]
-    write_json(make_private_dir(ctx.rdir / "evidence") / f"review-r{revision:04d}.json",
-               {"bundle_sha256": sha, "gates_bundle_sha256": gates_cp.get("bundle_sha256"),
-                "verdict": verdict, "at": time.time()})
+    write_json(ctx.evidence_path("review", revision),
+               ReviewEvidence(bundle_sha256=sha, gates_bundle_sha256=gates_cp.bundle_sha256 if gates_cp else None,
+                              verdict=verdict, at=time.time()).to_json())
     if decision == "accept":
         quality = _options(ctx).quality
         nxt = Phase.solve if quality.run_rollout and quality.rollouts > 0 else Phase.evaluate
@@ -412,44 +452,45 @@ def review(ctx: Ctx):
 def solve(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256
     from sweep.harbor.trial import run_trial
-    bundle = ctx.rdir / "task"
+    bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
-    revision = ctx.record.checkpoints.get("author", {}).get("revision", 0)
+    revision = _checkpoints(ctx).author_revision
     opts = _options(ctx)
     instruction = (bundle / "instruction.md").read_text(errors="replace")
     rewards = []
     for k in range(opts.quality.rollouts):
-        workspace = fresh_dir(ctx.rdir / "work" / f"solve-r{revision:04d}-{k}")
+        workspace = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}")
         copy_tree(bundle / "environment" / "repo", workspace / "repo")
         # blind: the solver sees the instruction and the starting repository, never the tests or
         # the reference solution (the oracle control is the one exception: it IS the reference)
         inputs = {"reference_solution": str(bundle / "solution")} if opts.runtimes.solver == "oracle" else {}
         result = _session(ctx, "solver", workspace, instruction, inputs)
+        _redact_changed(workspace, result.changed_paths)     # the solver's repo stays in the run dir
         if not result.ok:
             rewards.append({"rollout": k, "reward": None, "session": result.status,
                             "detail": (result.reason or result.evidence)[:200]})
             continue
-        trial_dir = fresh_dir(ctx.rdir / "work" / f"solve-r{revision:04d}-{k}-trial")
+        trial_dir = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}-trial")
         trial = run_trial(bundle, workspace / "repo", provider=_provider(ctx), workdir=trial_dir,
                           timeout_s=TRIAL_TIMEOUT_S, limits=_limits(ctx))
         shutil.rmtree(trial_dir, ignore_errors=True)
         rewards.append({"rollout": k, "reward": trial.reward, "session": "ok", "detail": trial.detail[:200]})
-    write_json(make_private_dir(ctx.rdir / "evidence") / f"solve-r{revision:04d}.json",
-               {"bundle_sha256": sha, "runtime": opts.runtimes.solver, "rollouts": rewards, "at": time.time()})
+    evidence = SolveEvidence(bundle_sha256=sha, runtime=opts.runtimes.solver, rollouts=rewards, at=time.time())
+    write_json(ctx.evidence_path("solve", revision), evidence.to_json())
     return Phase.evaluate, {"bundle_sha256": sha, "rewards": [r["reward"] for r in rewards]}
 
 
 def evaluate(ctx: Ctx):
     from sweep.harbor.bundle import bundle_sha256
-    cps = ctx.record.checkpoints
-    bundle = ctx.rdir / "task"
+    cps = _checkpoints(ctx)
+    bundle = ctx.paths.task
     if not bundle.exists():
         raise Ending(Outcome.blocked, EndReason.construction_failed, "no task bundle was produced")
-    _end_if_secret_in_bundle(ctx, bundle, cps.get("author", {}).get("revision", 0), install=False)
+    _end_if_secret_in_bundle(ctx, bundle, cps.author_revision, install=False)
     sha = bundle_sha256(bundle)
-    gates_ok = cps.get("gates", {}).get("passed") is True and cps["gates"].get("bundle_sha256") == sha
-    review_ok = cps.get("review", {}).get("verdict") == "accept" and cps["review"].get("bundle_sha256") == sha
-    solve_sha = cps.get("solve", {}).get("bundle_sha256")
+    gates_ok = cps.gates is not None and cps.gates.passed is True and cps.gates.bundle_sha256 == sha
+    review_ok = cps.review is not None and cps.review.verdict == "accept" and cps.review.bundle_sha256 == sha
+    solve_sha = cps.solve.bundle_sha256 if cps.solve else None
     if gates_ok and review_ok and solve_sha in (None, sha):
         raise Ending(Outcome.verified, None, f"gates passed and review accepted for bundle {sha[:12]}")
     missing = [name for name, ok in (("gates", gates_ok), ("review", review_ok)) if not ok]

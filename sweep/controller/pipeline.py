@@ -61,6 +61,7 @@ class Heartbeat(threading.Thread):
 # ---- entry point --------------------------------------------------------------------------------
 
 def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | None = None) -> int:
+    os.umask(0o077)      # docs/state.md: everything a run writes is private (dirs 0700, files 0600)
     from sweep.frozen import check_runtime
     campaign_dir = Path(campaign_dir).resolve()
     job_id = job_id or os.environ.get("SWEEP_JOB_ID")
@@ -166,6 +167,17 @@ def _run_phases(ctx: Ctx) -> int:
             return _park(ctx, park)
         except AttemptFailed as failed:
             return _fail(ctx, failed.detail)
+        except (Interrupted, LeaseLost):
+            raise
+        except Exception as exc:
+            # a bug or an unforeseen failure: written on the run (type, message, phase) before the
+            # job exits, never left for the tick to report as "job vanished"
+            import traceback
+            phase = ctx.record.phase.value
+            what = f"unexpected {type(exc).__name__} in phase {phase}: {exc}"
+            tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
+            ctx.event("phase_error", phase=phase, detail=truncate(f"{what}\n{tail}", 1800))
+            return _fail(ctx, truncate(what, 500))
     except Interrupted:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)     # finish the checkpoint undisturbed
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)

@@ -39,4 +39,4 @@ def write_report(ctx, rec, detail: str) -> None:
     # the detail and summaries carry text from the PR, tests and agents: no control character and
     # no secret reaches a file an operator will `cat`
     redactor = Redactor()
-    write_atomic(ctx.rdir / "report.md", "\n".join(textsafe.line(redactor.scrub(text)) for text in lines).encode())
+    write_atomic(ctx.paths.report, "\n".join(textsafe.line(redactor.scrub(text)) for text in lines).encode())

@@ -115,7 +115,9 @@ def _extract_tree(repo: Path, commit: str, dest: Path) -> None:
         raise AuthorRefusal("unsafe_path" if exc.unsafe else "git_failed", exc.message) from None
 
 
-def _write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+def _write(path: Path, data: str | bytes, mode: int = 0o600) -> None:
+    # private like every file of a run (docs/state.md); scripts 0700. `sweep export` sets the
+    # modes of what it publishes itself.
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as fh:
         fh.write(data.encode() if isinstance(data, str) else data)
@@ -159,7 +161,7 @@ def build_bundle_from_git(source: dict, out: Path) -> BundleReport:
     _write(out / layout.DOCKERFILE, scripts.DOCKERFILE)
     _extract_tree(repo, base, out / layout.ENV_REPO)
 
-    _write(out / layout.TEST_SH, scripts.TEST_SH, 0o755)
+    _write(out / layout.TEST_SH, scripts.TEST_SH, 0o700)
     _write(out / layout.TEST_FILES, "".join(p + "\n" for p in report.test_files))
     _write(out / layout.DELETED_TEST_FILES, "".join(p + "\n" for p in report.deleted_test_files))
     _write(out / layout.TEST_COMMAND, "".join(a + "\n" for a in test_argv))
@@ -171,5 +173,5 @@ def build_bundle_from_git(source: dict, out: Path) -> BundleReport:
     patch = _git(repo, "diff", "--binary", "--full-index", "--no-renames", "--no-ext-diff", "--no-textconv",
                  "--no-color", base, head, "--", *others)
     _write(out / layout.SOLUTION_PATCH, patch)
-    _write(out / layout.SOLVE_SH, scripts.SOLVE_SH, 0o755)
+    _write(out / layout.SOLVE_SH, scripts.SOLVE_SH, 0o700)
     return report

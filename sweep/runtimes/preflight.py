@@ -104,12 +104,16 @@ def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sand
                                     f"(pinned {mod.PINNED_VERSION}); its events may not parse"))
         else:
             findings.append(Finding("ok", where, f"{runtime} {'.'.join(map(str, got))} runs in the sandbox ({exe})"))
+        if sandbox and spec is not None:
+            findings.append(_argv_check(where, spec, path, runtime, options, settings))
         family = FAMILY_OF[runtime]
         secret = (getattr(settings, "secrets", None) or {}).get(family)
         if secret is not None and secret.file is not None:
-            ok = os.path.isfile(secret.file) and os.access(secret.file, os.R_OK)
-            findings.append(Finding("ok" if ok else "error", where, f"secret for {family}: file {secret.file} "
-                                    + ("readable" if ok else "missing or unreadable")))
+            from sweep.credentials import secret_file_problem     # exists, a regular file, yours, 0600
+            problem = secret_file_problem(secret.file)
+            findings.append(Finding("error" if problem else "ok", where,
+                                    f"secrets.{family}.file: {problem}" if problem else
+                                    f"secret for {family}: file {secret.file} readable by you only"))
         elif secret is not None and secret.env is not None:
             ok = bool(os.environ.get(secret.env))
             findings.append(Finding("ok" if ok else "error", where,
@@ -124,6 +128,48 @@ def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sand
             url = options.get("base_url") or DEFAULT_ENDPOINTS[runtime]
             findings.append(_reachable(where, url))
     return findings
+
+
+def _provider(settings):
+    """The local provider as the campaign's sessions will get it (the plan's isolation if it has one)."""
+    from sweep.providers.local import ISOLATION_MODES, LocalProvider
+    wanted = getattr(settings, "isolation", None)
+    mode = wanted if wanted in ISOLATION_MODES else ("auto" if "auto" in ISOLATION_MODES else "bwrap")
+    return LocalProvider(isolation=mode)
+
+
+def _argv_check(where: str, spec, manifest: Path, runtime: str, options: dict, settings) -> Finding:
+    """Run the role's real command line, in the sandbox, against an endpoint nobody listens on.
+
+    The CLI parses its flags and emits its first event (claude's init, codex's thread.started)
+    before it calls the API: a session that ends without any event means the command line or the
+    CLI is broken, which is a config error now rather than a stream of parks later.
+    """
+    from roles import manifest_sha256
+    from sweep.runtimes import SessionRequest, run_session
+    with socket.socket() as sock:       # a loopback port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = f"http://127.0.0.1:{port}" + ("/v1" if runtime == "codex" else "")
+    probe_options = {**options, "base_url": dead, "max_retries": 0, "stall_s": 20}
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="sweep-doctor-", dir=base) as tmp:
+            workspace = Path(tmp) / "ws"
+            workspace.mkdir()
+            probe_spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"walltime_s": 60})})
+            result = run_session(SessionRequest(
+                role=probe_spec.with_source(manifest), manifest_sha256=manifest_sha256(manifest), runtime=runtime,
+                runtime_options=probe_options, workspace=workspace, session_dir=Path(tmp) / "session",
+                prompt="sweep doctor: a command-line check; the endpoint is deliberately unreachable.",
+                inputs={}), _provider(settings))
+    except Exception as exc:    # a refusal up front (bad options, unusable sandbox) is the finding
+        return Finding("error", where, f"the {runtime} command line could not be checked: {exc}")
+    if result.reason in ("cli_failed", "launch_error"):
+        return Finding("error", where, f"the {runtime} command line for role {spec.name} does not start: "
+                                       f"{result.evidence}")
+    return Finding("ok", where, f"the {runtime} command line for role {spec.name} is accepted "
+                               f"(a dead endpoint gave {result.failure_class}: {result.reason})")
 
 
 def _parse_version(text: str):

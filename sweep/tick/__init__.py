@@ -16,7 +16,7 @@ from pathlib import Path
 
 from runstate.files import write_model_atomic
 from runstate.models import RunState, TickReport
-from sweep.campaign import load_campaign
+from sweep.campaign import Campaign
 
 TICK_FILE = "tick.json"
 LOCK_FILE = "tick.lock"
@@ -29,17 +29,12 @@ class TickOutcome:
     message: str
 
 
-def _scheduler_for(campaign_dir: Path, campaign):
-    from sweep.scheduler import make_scheduler
-    return make_scheduler(campaign.settings.scheduler, campaign_dir, campaign.job_prefix)
-
-
-def run_tick(campaign_dir: Path, *, scheduler=None) -> TickOutcome:
+def run_tick(campaign_dir: Path, *, scheduler=None, full: bool = False) -> TickOutcome:
     from filelock import FileLock, Timeout
 
-    campaign_dir = Path(campaign_dir).resolve()
-    campaign = load_campaign(campaign_dir)             # unusable campaign -> ConfigError, exit != 0
-    lock = FileLock(str(campaign_dir / LOCK_FILE), timeout=0)
+    campaign = Campaign.load(campaign_dir)             # unusable campaign -> ConfigError, exit != 0
+    campaign_dir = campaign.dir
+    lock = FileLock(str(campaign_dir / LOCK_FILE), timeout=0, mode=0o600)   # docs/state.md: files 0600
     try:
         lock.acquire()
     except Timeout:
@@ -50,7 +45,7 @@ def run_tick(campaign_dir: Path, *, scheduler=None) -> TickOutcome:
     collecting = gc.isenabled()
     gc.disable()     # a one-shot pass over acyclic records: the collector would only rescan them
     try:
-        report = _tick(campaign_dir, campaign, scheduler or _scheduler_for(campaign_dir, campaign))
+        report = _tick(campaign, scheduler or campaign.scheduler(), full)
     finally:
         if collecting:
             gc.enable()
@@ -64,21 +59,22 @@ def _overran(signum, frame):  # pragma: no cover - exercised by a subprocess tes
     raise SystemExit("sweep tick: exceeded tick.max_runtime_s; exiting so the next tick can run")
 
 
-def _tick(campaign_dir: Path, campaign, scheduler) -> TickReport:
+def _tick(campaign: Campaign, scheduler, full: bool = False) -> TickReport:
     from sweep.tick.act import Actor
-    from sweep.tick.observe import observe
+    from sweep.tick.observe import observe, remember_endings
     from sweep.tick.plan import PlanSettings, plan_tick
 
     started = time.time()
     t0 = time.monotonic()
-    snap, meta = observe(campaign_dir, scheduler)
+    campaign_dir = campaign.dir
+    snap, meta = observe(campaign_dir, scheduler, full=full)
     s = campaign.settings
     cfg = PlanSettings(target_verified=s.target_verified, max_parallel=s.max_parallel,
                        max_gpu_parallel=s.max_gpu_parallel, max_spend_usd=s.max_spend_usd,
                        lease_ttl_s=s.tick.lease_ttl_s, submit_grace_s=s.tick.submit_grace_s,
                        uncertain_submit_s=s.tick.uncertain_submit_s, ghost_grace_s=s.tick.ghost_grace_s)
     actions = plan_tick(snap, cfg)
-    actor = Actor(campaign_dir, campaign, scheduler, lanes=snap.lanes)
+    actor = Actor(campaign, scheduler, lanes=snap.lanes)
     for action in actions:
         actor.apply(action)
     actor.finish(snap)
@@ -87,13 +83,20 @@ def _tick(campaign_dir: Path, campaign, scheduler) -> TickReport:
         rec = view.record
         key = rec.state.value if rec.state is not RunState.ended else f"ended:{rec.outcome.value}"
         counts[key] = counts.get(key, 0) + 1
+    scan = meta["scan"]
+    for ending in scan.settled.values():
+        key = f"ended:{ending.outcome}"
+        counts[key] = counts.get(key, 0) + 1
     if meta["corrupt"]:
         counts["corrupt"] = len(meta["corrupt"])
+    index_error = remember_endings(campaign_dir, scan, snap, full=full)
+    if index_error:
+        actor.errors.append(index_error)
     finished = time.time()
     report = TickReport(started_at=started, finished_at=finished, duration_s=time.monotonic() - t0,
                         host=f"{socket.gethostname()}.{os.getpid()}", squeue_known=snap.queue_known,
                         squeue_error=meta["squeue_error"], squeue_jobs=len(snap.queue),
-                        runs_read=len(snap.runs) + len(meta["corrupt"]),
+                        runs_read=len(snap.runs) + len(meta["corrupt"]), runs_indexed=len(scan.settled),
                         corrupt=[f"{rid}: {why}" for rid, why in sorted(meta["corrupt"].items())][:100],
                         actions=actor.done, errors=actor.errors, draining=snap.draining, counts=counts,
                         waiting=actor.waiting, ghosts=actor.ghosts,

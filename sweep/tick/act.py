@@ -31,8 +31,9 @@ from runstate.files import read_model, write_model_atomic
 from runstate.lease import (LeaseLost, acquire_lease, hand_over_lease, reap_lease, release_lease,
                             tidy_lease_strays)
 from runstate.models import (EndReason, Event, GhostsFile, LaneBackoff, LaneBackoffFile, RunRecord, RunState)
+from runstate.paths import RunPaths
 from runstate.runs import append_event, load_record, run_dir, save_record
-from sweep.models.plan import CampaignFile
+from sweep.campaign import Campaign
 from sweep.tick.plan import (Adopt, Admit, CancelGhost, EndRun, GiveUpSubmission, Interrupt, NoteGhosts,
                              ReapLease, Requeue, SetHold, Wait)
 
@@ -56,24 +57,19 @@ def next_backoff(failures: int, base_s: float, max_s: float) -> float:
     return min(max_s, base_s * (2 ** max(0, min(failures, 40) - 1)))
 
 
-# A lease operation's tombstone lives for milliseconds; one this old was left by a killed process.
-# The tick removes them in the runs it acts on (one listdir each, never a scan of every run).
-TOMBSTONE_AGE_S = 120.0
-
-
-def controller_argv(campaign: CampaignFile, campaign_dir: Path, run_id: str, token: str) -> list[str]:
+def controller_argv(campaign: Campaign, run_id: str, token: str) -> list[str]:
     base = campaign.settings.tick.controller_command
     if not base:
         from sweep.runtime import controller_command
-        base = controller_command(campaign_dir)
-    return [*base, "--campaign", str(campaign_dir), "--token", token, run_id]
+        base = controller_command(campaign.dir)
+    return [*base, "--campaign", str(campaign.dir), "--token", token, run_id]
 
 
 class Actor:
-    def __init__(self, campaign_dir: Path, campaign: CampaignFile, scheduler,
-                 lanes: dict[str, LaneBackoff] | None = None):
-        self.dir = campaign_dir
-        self.campaign = campaign
+    def __init__(self, campaign: Campaign, scheduler, lanes: dict[str, LaneBackoff] | None = None):
+        self.handle = campaign
+        self.dir = campaign.dir
+        self.campaign = campaign.file
         self.scheduler = scheduler
         self.done: list[dict] = []
         self.errors: list[str] = []
@@ -238,12 +234,12 @@ class Actor:
             return
         marked = save_record(rdir, rec.model_copy(update={
             "submit_token": token, "submitting_since": time.time(), "lane": a.lane, "gpus": a.gpus}))
-        logs = rdir / "logs"
+        paths = RunPaths.at(rdir)
         job = JobSpec(name=f"{self.campaign.job_prefix}{token}.{a.run_id}",
-                      argv=controller_argv(self.campaign, self.dir, a.run_id, token),
-                      workdir=rdir, stdout=logs / "controller.out", stderr=logs / "controller.err",
+                      argv=controller_argv(self.handle, a.run_id, token),
+                      workdir=rdir, stdout=paths.controller_out, stderr=paths.controller_err,
                       gpus=a.gpus, env={"SWEEP_CAMPAIGN": str(self.dir)},
-                      script_path=logs / f"job-{token}.sbatch")
+                      script_path=paths.job_script(token))
         try:
             job_id = self.scheduler.submit(job)
         except SubmissionUncertain as exc:

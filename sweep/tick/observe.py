@@ -4,6 +4,11 @@ The queue is read FIRST, the files after. A record that still says `active` afte
 did not list its job can only belong to a job that was already gone when the queue was read (a dead
 job writes nothing), so the planner can judge it dead without racing a controller that is just
 writing its ending.
+
+Ended runs that the ended-runs index vouches for (runstate/index.py: a stat(2) confirms their
+state.json is the file the ending was read from) are not read at all: the snapshot carries their
+count of verified runs and their final spend, which is all the planner needs of them. After the
+tick has acted, `remember_endings` adds the endings it read from files to the index.
 """
 from __future__ import annotations
 
@@ -15,10 +20,10 @@ from runstate.files import read_model
 from runstate.lease import read_lease_at
 from runstate.markers import is_draining, read_outage
 from runstate.models import PIPELINE_ROLES, RunState, SpendLedger
-from runstate.runs import list_runs, runs_root
+from runstate.paths import SPEND_FILE
+from runstate.runs import RunScan, runs_root, scan_runs
 from sweep.tick.plan import QueueJob, RunView, Snapshot
 
-SPEND_FILE = "spend.json"
 
 
 def read_committed(rdir: Path) -> float:
@@ -26,14 +31,14 @@ def read_committed(rdir: Path) -> float:
     return loaded.value.committed_usd if loaded.value is not None else 0.0
 
 
-def observe(campaign_dir: Path, scheduler) -> tuple[Snapshot, dict]:
+def observe(campaign_dir: Path, scheduler, *, full: bool = False) -> tuple[Snapshot, dict]:
     queue = scheduler.queue()
     now = time.time()
     jobs = {jid: QueueJob(jid, info.name, info.gpus) for jid, info in queue.jobs.items()} if queue.known else {}
-    listing = list_runs(campaign_dir)
+    scan = scan_runs(campaign_dir, use_index=not full)
     root = os.fspath(runs_root(campaign_dir))
     runs = {}
-    for run_id, rec in listing.records.items():
+    for run_id, rec in scan.records.items():
         lease = read_lease_at(f"{root}/{run_id}/lease.json")
         # only runs that were ever admitted can have spent anything; ended runs carry spent_usd
         committed = (read_committed(Path(root) / run_id)
@@ -44,16 +49,23 @@ def observe(campaign_dir: Path, scheduler) -> tuple[Snapshot, dict]:
         stamp = read_outage(campaign_dir, role).value
         if stamp is not None:
             stamps[role] = stamp
+    settled_verified = 0
+    settled_spent = 0.0
+    for ending in scan.settled.values():
+        settled_spent += ending.spent_usd
+        if ending.outcome == "verified":
+            settled_verified += 1
     from sweep.tick.act import read_ghosts, read_lane_backoff
     ended = ask_end_states(scheduler, vanished_jobs(queue.known, jobs, runs))
     snap = Snapshot(now=now, queue_known=queue.known, queue=jobs, runs=runs,
                     draining=is_draining(campaign_dir), stamps=stamps, capacity=scheduler.capacity(),
                     ghosts_seen=read_ghosts(campaign_dir).jobs, lanes=read_lane_backoff(campaign_dir),
-                    corrupt_runs=frozenset(listing.corrupt),
+                    corrupt_runs=frozenset(scan.corrupt),
                     end_states=ended.states, accounting=accounting_word(ended),
-                    accounting_error=ended.error)
-    meta = {"squeue_error": queue.error, "corrupt": listing.corrupt,
-            "accounting_jobs": len(ended.states) if ended.asked else 0}
+                    accounting_error=ended.error,
+                    settled_verified=settled_verified, settled_spent_usd=settled_spent)
+    meta = {"squeue_error": queue.error, "corrupt": scan.corrupt,
+            "accounting_jobs": len(ended.states) if ended.asked else 0, "scan": scan}
     return snap, meta
 
 
@@ -92,3 +104,46 @@ def accounting_word(ended) -> str:
     if not ended.available:
         return "unavailable"
     return "known" if ended.known else "unknown"
+
+
+def new_endings(scan: RunScan, snap: Snapshot) -> list:
+    """Endings read from files this tick that can be indexed: the run ended, holds no lease, its
+    controller job is absent from a queue read successfully before the files (so nothing alive can
+    write to it or re-create its lease), it ended more than STRAY_WINDOW_S ago (until then the
+    actor still tidies its lease leftovers, which needs it in the snapshot), and its state.json did
+    not change within RACY_NS."""
+    from runstate.index import Ending, is_racy
+    from sweep.tick.act import STRAY_WINDOW_S
+    if not snap.queue_known:
+        return []
+    out = []
+    for run_id, rec in scan.records.items():
+        if rec.state is not RunState.ended:
+            continue
+        view = snap.runs.get(run_id)
+        ident = scan.idents.get(run_id)
+        if view is None or view.lease is not None or ident is None or is_racy(ident, scan.started_ns):
+            continue
+        if (rec.job_id is not None and rec.job_id in snap.queue) or snap.now - rec.updated <= STRAY_WINDOW_S:
+            continue
+        out.append(Ending(run_id, ident, rec.outcome.value, rec.reason, float(rec.spent_usd), rec.lane))
+    return out
+
+
+def remember_endings(campaign_dir: Path, scan: RunScan, snap: Snapshot, *, full: bool = False) -> str | None:
+    """Bring the ended-runs index up to date with what this tick read: append the new endings and
+    forget the entries that no longer hold, or rewrite the file when it was missing, torn, garbage,
+    bloated, or the tick was `--full`. Returns an error to report, never raises: the index is a
+    cache, and a tick that cannot write it has still done its work."""
+    from runstate.index import append_index, write_index
+    new = new_endings(scan, snap)
+    try:
+        if full or scan.index.needs_rewrite or len(scan.stale) > 1000:
+            entries = dict(scan.settled)
+            entries.update((e.run_id, e) for e in new)
+            write_index(campaign_dir, entries)
+        else:
+            append_index(campaign_dir, new, scan.stale)
+    except OSError as exc:
+        return f"ended-runs index not updated ({exc.strerror or exc}); runs are read from their files"
+    return None

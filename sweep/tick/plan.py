@@ -67,6 +67,9 @@ class Snapshot:
     end_states: dict[str, str] = field(default_factory=dict)      # job id -> "PREEMPTED", "FAILED", ...
     accounting: str = "not_asked"
     accounting_error: str | None = None
+    # ended runs that are not in `runs` (the ended-runs index vouched for them): all the plan needs
+    settled_verified: int = 0
+    settled_spent_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -299,11 +302,11 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
         if tok:
             jobs_by_token[tok] = job
 
-    verified = 0
+    verified = snap.settled_verified
     slots = {"all": 0, "gpu": 0}           # controller slots taken (or possibly taken) after this tick
     busy: set[str] = set()                 # runs that must not be admitted this tick
     canaries_active: dict[str, int] = {}
-    committed = 0.0                        # money spent or promised (for the allocation)
+    committed = snap.settled_spent_usd     # money spent or promised (for the allocation)
     waits: list[Action] = []
 
     def hold_slot(rec: RunRecord) -> None:
@@ -317,6 +320,8 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
             committed += max(rec.spent_usd, view.committed_usd)
             if rec.outcome is Outcome.verified:
                 verified += 1
+            if snap.queue_known and rec.job_id and rec.job_id in snap.queue:
+                hold_slot(rec)      # its controller wrote the ending but its job is still in the queue
             if lease is not None:
                 alive = None if lease.lease is None else _lease_holder_alive(lease.lease, snap, jobs_by_token)
                 verdict = judge_lease(lease, holder_alive=alive, now=snap.now, ttl_s=cfg.lease_ttl_s)
@@ -334,6 +339,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                 verdict, cause, why = judge_vanished(rec, lease, snap, cfg)
                 if verdict == "wait":
                     hold_slot(rec)     # its job may have been the last thing holding this slot
+                    waits.append(Wait(run_id, why))    # shown in tick.json and `sweep status`
                     continue
                 if verdict == "interrupt":
                     if rec.interruptions + 1 >= rec.max_interruptions:
@@ -368,6 +374,12 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
         # queued
         committed += view.committed_usd
         if lease is None:
+            if snap.queue_known and rec.job_id and rec.job_id in snap.queue:
+                # its controller wrote this record (failed attempt, park, drain) and is on its way
+                # out: the job still takes a slot, and the run waits for it to leave the queue
+                busy.add(run_id)
+                hold_slot(rec)
+                waits.append(Wait(run_id, f"controller job {rec.job_id} is finishing"))
             continue
         busy.add(run_id)
         if lease.lease is None:

@@ -1,0 +1,183 @@
+"""The ended-runs index: a derived cache that lets the tick and `sweep status` skip ended runs.
+
+The truth stays in each run's state.json. `ended-index.jsonl` (campaign root) only remembers, for
+runs that ended for good, the outcome, reason and final spend the tick and status need, keyed by
+run id and by the identity of the state.json those values were read from: (inode, size, mtime_ns,
+ctime_ns). A reader trusts an entry only while a stat(2) of that state.json still gives the same
+identity; any write to it — an atomic replace makes a new inode and a new ctime, an edit in place
+a new ctime — makes the entry stale and the run is read from its files again. Nobody who writes
+state.json has to know the index exists (a `retry` that re-opens an ended run is seen by the
+identity check, not told).
+
+File format, one JSON value per line, appended with one write(2) per tick:
+    {"sweep_ended_index": 1}                                   first line (anything else: discarded)
+    ["RUN_ID", ino, size, mtime_ns, ctime_ns, "OUTCOME", "REASON" or null, spent_usd, "LANE"]  an entry
+    ["RUN_ID"]                                                 forget RUN_ID (its run changed)
+A later line for the same run wins.
+
+Only the tick writes it (under the tick lock), and only for a run whose ending cannot change
+without a state.json write: state ended, no lease.json, its controller job absent from a queue
+that was read successfully BEFORE the file (a dead job writes nothing, and only a tick creates
+leases), ended longer ago than the tick's window for tidying lease leftovers, and a state.json
+whose ctime is more than RACY_NS old (a write in the same clock tick as the read could otherwise
+keep the identity; git's "racy" rule).
+
+Crash anywhere: the index can be missing (every run is read from its files), behind (runs not in
+it are read from their files), torn at its last line (that line is ignored and the tick rewrites
+the file), garbage (discarded and rewritten), or hold entries whose runs changed or vanished (the
+stat check drops them). None of these can make a reader trust an ending the files do not hold.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from runstate.files import MAX_READ_BYTES, read_fd, open_regular, write_atomic
+
+INDEX_FILE = "ended-index.jsonl"
+HEADER = {"sweep_ended_index": 1}
+HEADER_LINE = orjson.dumps(HEADER) + b"\n"
+RACY_NS = 1_000_000_000       # a state.json changed less than 1 s before it was read is not indexed
+
+Identity = tuple[int, int, int, int]     # st_ino, st_size, st_mtime_ns, st_ctime_ns
+
+
+def identity_of(st: os.stat_result) -> Identity:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the tick and status need of an ended run, and the state.json identity it came from."""
+    run_id: str
+    ident: Identity
+    outcome: str
+    reason: str | None
+    spent_usd: float
+    lane: str = "cpu"
+
+    def line(self) -> list:
+        return [self.run_id, *self.ident, self.outcome, self.reason, self.spent_usd, self.lane]
+
+
+@dataclass
+class EndedIndex:
+    entries: dict[str, Ending] = field(default_factory=dict)
+    lines: int = 0                  # lines in the file (entries, forgets, bad ones): to decide compaction
+    problem: str | None = None      # missing, torn, garbage, refused: the tick rewrites the file
+
+    @property
+    def needs_rewrite(self) -> bool:
+        return self.problem is not None or self.lines > 2 * len(self.entries) + 1000
+
+
+def index_path(campaign: Path | str) -> str:
+    return f"{os.fspath(campaign)}/{INDEX_FILE}"
+
+
+def _parse_entry(row) -> Ending | str | None:
+    """An Ending, a run id to forget, or None for a line that is not one of the two."""
+    if not isinstance(row, list) or not row or not isinstance(row[0], str):
+        return None
+    if len(row) == 1:
+        return row[0]
+    if len(row) != 9 or not all(type(v) is int for v in row[1:5]) or not isinstance(row[5], str) \
+            or not (row[6] is None or isinstance(row[6], str)) or type(row[7]) not in (int, float) \
+            or not isinstance(row[8], str):
+        return None
+    return Ending(row[0], (row[1], row[2], row[3], row[4]), row[5], row[6], float(row[7]), row[8])
+
+
+def load_index(campaign: Path | str) -> EndedIndex:
+    """The index as written, never raising: a missing, refused, torn or garbage file comes back
+    with `problem` set and whatever well-formed entries it had (each is still checked by stat)."""
+    path = index_path(campaign)
+    index = EndedIndex()
+    try:
+        opened = open_regular(path, MAX_READ_BYTES)
+        if opened is None:
+            index.problem = "missing"
+            return index
+        fd, _ = opened
+        try:
+            raw = read_fd(fd, path, MAX_READ_BYTES)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        index.problem = f"unreadable: {exc.strerror or exc}"
+        return index
+    if not raw.startswith(HEADER_LINE):
+        index.problem = "no header: not an index this sweep wrote"
+        return index
+    body = raw[len(HEADER_LINE):]
+    if body and not body.endswith(b"\n"):
+        index.problem = "torn last line"            # a tick killed inside its append
+        body = body[:body.rfind(b"\n") + 1]
+    lines = body.split(b"\n")[:-1] if body else []
+    index.lines = len(lines)
+    try:
+        rows = orjson.loads(b"[" + b",".join(lines) + b"]") if lines else []
+    except orjson.JSONDecodeError:
+        rows = []
+        for line in lines:                       # slow path: find and skip the bad lines
+            try:
+                rows.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                rows.append(None)
+    entries = index.entries
+    bad = 0
+    for row in rows:
+        parsed = _parse_entry(row)
+        if parsed is None:
+            bad += 1
+        elif isinstance(parsed, str):
+            entries.pop(parsed, None)
+        else:
+            entries[parsed.run_id] = parsed
+    if bad and index.problem is None:
+        index.problem = f"{bad} unreadable line(s)"
+    return index
+
+
+def still_true(root: str, ending: Ending) -> bool:
+    """True while runs/<id>/state.json is the very file the ending was read from."""
+    try:
+        st = os.stat(f"{root}/{ending.run_id}/state.json", follow_symlinks=False)
+    except OSError:
+        return False                  # deleted run (or unreadable): read from its files, if any
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == ending.ident
+
+
+def is_racy(ident: Identity, now_ns: int) -> bool:
+    return ident[3] > now_ns - RACY_NS or ident[2] > now_ns - RACY_NS
+
+
+def write_index(campaign: Path | str, entries: dict[str, Ending]) -> None:
+    """Replace the whole index atomically (after a problem, a `--full` tick, or to compact it)."""
+    body = b"".join(orjson.dumps(e.line()) + b"\n" for e in sorted(entries.values(), key=lambda e: e.run_id))
+    write_atomic(Path(index_path(campaign)), HEADER_LINE + body)
+
+
+def append_index(campaign: Path | str, new: list[Ending], forget: list[str]) -> None:
+    """Add this tick's news with ONE write(2) on an O_APPEND descriptor: a crash leaves the lines
+    whole or a torn last line, which the next load sees and the next tick repairs by a rewrite.
+    Not fsynced: losing the tail of a cache only means those runs are read from their files."""
+    if not new and not forget:
+        return
+    data = b"".join(orjson.dumps([rid]) + b"\n" for rid in forget)
+    data += b"".join(orjson.dumps(e.line()) + b"\n" for e in new)
+    fd = os.open(index_path(campaign), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:                 # a short write on a regular local file does not happen; NFS may
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def now_ns() -> int:
+    return time.time_ns()

@@ -1,0 +1,170 @@
+"""Typed evidence: what the controller writes about a run besides its record (docs/state.md).
+
+source.json, the checkpoints in state.json and the gates/review/solve evidence files were plain
+dicts read through string keys. These models are how they are read back now. Like every runstate
+model they are tolerant readers (unknown keys ignored; a field a newer sweep adds has a default),
+so the dict-shaped files of existing campaigns read unchanged; a file whose known fields have the
+wrong type is refused by `read_evidence`, which names the file and the field.
+
+Writers dump with `exclude_unset=True`, so the bytes on disk keep the shape they always had.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runstate.errors import StateError, describe_validation_error
+from runstate.files import read_model
+
+E = TypeVar("E", bound=BaseModel)
+
+
+class Evidence(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+# ---- source.json ---------------------------------------------------------------------------------
+
+class SourceEvidence(Evidence):
+    """source.json: the PR as intake froze it (checksummed by `evidence_sha256`)."""
+
+    kind: str = "git"
+    url: str | None = None
+    repo: str
+    base: str
+    head: str
+    base_ref: str | None = None
+    head_ref: str | None = None
+    title: str = ""
+    body: str = ""
+    changed_files: list[str] = Field(default_factory=list)
+    test_command: str | None = None
+    pr_key: str | None = None
+    frozen_at: float | None = None
+    evidence_sha256: str
+
+
+# ---- evidence/<kind>-rNNNN.json ------------------------------------------------------------------
+
+class GateResult(Evidence):
+    model_config = ConfigDict(extra="allow")      # fail_to_pass carries its per-test lists too
+
+    ok: bool
+    detail: str = ""
+    rewards: list[float | None] | None = None
+
+
+class GatesEvidence(Evidence):
+    bundle_sha256: str
+    revision: int = 0
+    repeats: int = 1
+    passed: bool
+    gates: dict[str, GateResult] = Field(default_factory=dict)
+    hash_seeds: list[int] = Field(default_factory=list)
+    environment_fidelity: str = "host"
+    isolation: str | None = None      # what enforced the trials' sandbox: "bwrap" | "none"
+    at: float = 0.0
+
+    def failed(self) -> list[str]:
+        return [name for name, g in self.gates.items() if not g.ok]
+
+
+class ReviewEvidence(Evidence):
+    bundle_sha256: str
+    gates_bundle_sha256: str | None = None
+    verdict: dict[str, Any] = Field(default_factory=dict)   # the reviewer's structured output, as given
+    at: float = 0.0
+
+
+class Rollout(Evidence):
+    rollout: int
+    reward: float | None = None
+    session: str = "ok"
+    detail: str = ""
+
+
+class SolveEvidence(Evidence):
+    bundle_sha256: str
+    runtime: str | None = None
+    rollouts: list[Rollout] = Field(default_factory=list)
+    at: float = 0.0
+
+
+# ---- state.json's checkpoints ----------------------------------------------------------------------
+
+class Checkpoint(Evidence):
+    model_config = ConfigDict(extra="allow")      # a phase's summary may carry more than is read here
+
+    at: float | None = None
+    revision: int | None = None
+    bundle_sha256: str | None = None
+
+
+class GatesCheckpoint(Checkpoint):
+    passed: bool | None = None
+
+
+class ReviewCheckpoint(Checkpoint):
+    verdict: str | None = None
+
+
+class RetryCheckpoint(Evidence):
+    model_config = ConfigDict(extra="allow")
+
+    count: int = 0
+    after_revision: int = 0
+
+
+class RepairCheckpoint(Evidence):
+    model_config = ConfigDict(extra="allow")
+
+    count: int = 0
+    findings: list[str] = Field(default_factory=list)
+
+
+class Checkpoints(Evidence):
+    """state.json's `checkpoints`: one summary per finished phase (plus retry and parks)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    intake: Checkpoint | None = None
+    author: Checkpoint | None = None
+    gates: GatesCheckpoint | None = None
+    review: ReviewCheckpoint | None = None
+    solve: Checkpoint | None = None
+    evaluate: Checkpoint | None = None
+    retry: RetryCheckpoint | None = None
+    repair: RepairCheckpoint | None = None
+
+    @classmethod
+    def of(cls, checkpoints: dict[str, Any], *, where: str = "state.json") -> Checkpoints:
+        try:
+            return cls.model_validate(checkpoints)
+        except ValidationError as exc:
+            raise StateError("checkpoints: " + describe_validation_error(exc), path=where) from None
+
+    @property
+    def author_revision(self) -> int:
+        return (self.author.revision if self.author else None) or 0
+
+    @property
+    def retry_after_revision(self) -> int:
+        return self.retry.after_revision if self.retry else 0
+
+
+def read_evidence(path: Path, model: type[E]) -> E | None:
+    """The evidence file read through its model; None if it does not exist. A file that exists but
+    is not valid evidence raises StateError naming the file and the field: evidence is never
+    silently taken for something it is not."""
+    loaded = read_model(path, model)
+    if loaded.value is not None:
+        return loaded.value
+    if loaded.missing:
+        return None
+    raise StateError(f"not valid {model.__name__}: {loaded.problem}", path=path,
+                     hint="an evidence file is written once by the controller; restore it or `sweep retry` the run")

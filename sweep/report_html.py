@@ -1,0 +1,390 @@
+"""`sweep report`: the campaign as one static HTML page with plots (no server, no network, no script).
+
+Everything comes from the campaign's files (state.json, events.jsonl, spend.json, candidate.json),
+like `sweep status`. The plots are inline SVG drawn here; the page loads nothing (its
+Content-Security-Policy forbids every fetch) and runs no JavaScript. Every text that comes from a
+pull request or an agent (titles, reasons, details) is HTML-escaped; run ids are validated names.
+
+Each plotted datum is an SVG element with class `datum`, so a test (or a curious human) can count
+what a plot shows in the DOM.
+"""
+from __future__ import annotations
+
+import html
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from runstate.files import read_bytes
+from runstate.models import RunState
+from runstate.runs import list_runs, read_events, run_dir
+
+COLORS = {"verified": "#2e7d32", "generated_unverified": "#f9a825", "blocked": "#c62828",
+          "cpu": "#1565c0", "gpu": "#6a1b9a", "spend": "#00838f", "phase": "#5d4037"}
+W, H = 760, 260            # plot size (px)
+PAD_L, PAD_R, PAD_T, PAD_B = 60, 20, 20, 40
+ACTIVE_ENDS = {"ended", "requeued", "attempt_failed", "parked", "stopped"}
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+@dataclass
+class Data:
+    name: str
+    campaign_id: str
+    target: int
+    cap: float | None
+    runs: dict = field(default_factory=dict)          # run_id -> {outcome, reason, lane, title, spent}
+    endings: list = field(default_factory=list)       # (ts, outcome, run_id)
+    spend: list = field(default_factory=list)         # (ts, usd)
+    lanes: list = field(default_factory=list)         # (start, end, lane, run_id)
+    phases: list = field(default_factory=list)        # (seconds, phase, run_id)
+    first: float = 0.0
+    last: float = 0.0
+
+
+def collect(campaign_dir: Path, now: float | None = None) -> Data:
+    from sweep.campaign import load_campaign
+    campaign_dir = Path(campaign_dir).resolve()
+    campaign = load_campaign(campaign_dir)
+    s = campaign.settings
+    now = time.time() if now is None else now
+    data = Data(s.name, campaign.campaign_id, s.target_verified, s.max_spend_usd)
+    listing = list_runs(campaign_dir)
+    stamps: list[float] = []
+    for run_id, rec in listing.records.items():
+        rdir = run_dir(campaign_dir, run_id)
+        cand = _json(rdir / "candidate.json").get("candidate", {})
+        data.runs[run_id] = {"state": rec.state.value, "outcome": rec.outcome.value if rec.outcome else None,
+                             "reason": rec.reason, "lane": rec.lane, "spent": rec.spent_usd,
+                             "title": cand.get("title") if isinstance(cand, dict) else None}
+        events, _ = read_events(rdir)
+        open_since: float | None = None
+        started: dict[str, float] = {}
+        last_end = None
+        for ev in events:
+            stamps.append(ev.ts)
+            if ev.kind in ("admitted", "adopted"):
+                open_since = ev.ts
+            elif open_since is not None and (ev.kind in ACTIVE_ENDS or ev.from_state == "active"):
+                data.lanes.append((open_since, ev.ts, rec.lane, run_id))
+                open_since = None
+            if ev.kind == "ended":
+                last_end = ev.ts
+            if ev.kind == "phase_started" and ev.phase:
+                started[ev.phase] = ev.ts
+            elif ev.kind == "phase_done" and ev.phase in started:
+                data.phases.append((ev.ts - started.pop(ev.phase), ev.phase, run_id))
+        if open_since is not None and rec.state is RunState.active:
+            data.lanes.append((open_since, now, rec.lane, run_id))
+        if rec.state is RunState.ended and rec.outcome is not None:
+            data.endings.append((last_end if last_end is not None else rec.updated, rec.outcome.value, run_id))
+            stamps.append(last_end if last_end is not None else rec.updated)
+        ledger = _json(rdir / "spend.json")
+        for entry in ledger.get("entries", []) if isinstance(ledger.get("entries"), list) else []:
+            if not isinstance(entry, dict) or not isinstance(entry.get("at"), (int, float)):
+                continue
+            usd = entry.get("actual_usd") if entry.get("status") == "settled" else entry.get("reserved_usd")
+            if isinstance(usd, (int, float)) and math.isfinite(usd) and usd >= 0:
+                data.spend.append((float(entry["at"]), float(usd)))
+                stamps.append(float(entry["at"]))
+    data.endings.sort()
+    data.spend.sort()
+    data.phases.sort(reverse=True)
+    stamps = [t for t in stamps if math.isfinite(t)]
+    data.first = min(stamps) if stamps else now
+    data.last = max(max(stamps) if stamps else now, data.first + 1.0)
+    return data
+
+
+def _json(path: Path) -> dict:
+    raw = read_bytes(path)
+    try:
+        value = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+# ---- drawing ---------------------------------------------------------------------------------------
+
+def _fmt_t(ts: float, span: float) -> str:
+    fmt = "%H:%M:%S" if span < 3 * 3600 else "%m-%d %H:%M"
+    return time.strftime(fmt, time.localtime(ts))
+
+
+class Axes:
+    def __init__(self, name: str, x0: float, x1: float, y1: float, *, x_is_time: bool = True, y_label: str = ""):
+        self.name, self.x0, self.x1 = name, x0, max(x1, x0 + 1e-9)
+        self.y1 = y1 if y1 > 0 else 1.0
+        self.parts: list[str] = []
+        self.x_is_time = x_is_time
+        self.y_label = y_label
+
+    def x(self, v: float) -> float:
+        return PAD_L + (v - self.x0) / (self.x1 - self.x0) * (W - PAD_L - PAD_R)
+
+    def y(self, v: float) -> float:
+        return H - PAD_B - v / self.y1 * (H - PAD_T - PAD_B)
+
+    def frame(self) -> None:
+        p = self.parts
+        p.append(f'<line x1="{PAD_L}" y1="{H - PAD_B}" x2="{W - PAD_R}" y2="{H - PAD_B}" stroke="#444"/>')
+        p.append(f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{H - PAD_B}" stroke="#444"/>')
+        for i in range(5):
+            v = self.y1 * i / 4
+            yy = self.y(v)
+            label = f"{v:.2f}" if self.y1 < 10 and v != int(v) else f"{v:.0f}"
+            p.append(f'<line x1="{PAD_L}" y1="{yy:.1f}" x2="{W - PAD_R}" y2="{yy:.1f}" stroke="#eee"/>')
+            p.append(f'<text x="{PAD_L - 6}" y="{yy + 4:.1f}" text-anchor="end" font-size="11">{esc(label)}</text>')
+        if self.x_is_time:
+            span = self.x1 - self.x0
+            for i in range(5):
+                v = self.x0 + span * i / 4
+                p.append(f'<text x="{self.x(v):.1f}" y="{H - PAD_B + 16}" text-anchor="middle" font-size="11">'
+                         f'{esc(_fmt_t(v, span))}</text>')
+        if self.y_label:
+            p.append(f'<text x="14" y="{PAD_T + (H - PAD_T - PAD_B) / 2:.0f}" font-size="11" '
+                     f'transform="rotate(-90 14 {PAD_T + (H - PAD_T - PAD_B) / 2:.0f})" text-anchor="middle">'
+                     f'{esc(self.y_label)}</text>')
+
+    def svg(self, legend: list[tuple[str, str]] = ()) -> str:
+        items = []
+        for i, (label, color) in enumerate(legend):
+            lx = PAD_L + 10 + i * 170
+            items.append(f'<rect x="{lx}" y="4" width="10" height="10" fill="{color}"/>'
+                         f'<text x="{lx + 14}" y="13" font-size="11">{esc(label)}</text>')
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" data-plot="{esc(self.name)}" width="{W}" height="{H}" '
+                f'viewBox="0 0 {W} {H}" role="img">' + "".join(self.parts) + "".join(items) + "</svg>")
+
+
+def _empty(name: str, why: str) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" data-plot="{esc(name)}" width="{W}" height="60" '
+            f'viewBox="0 0 {W} 60"><text x="{PAD_L}" y="35" font-size="13" fill="#777">{esc(why)}</text></svg>')
+
+
+def plot_endings(d: Data) -> str:
+    if not d.endings:
+        return _empty("endings", "no run has ended yet")
+    ax = Axes("endings", d.first, d.last, max(1, len(d.endings)), y_label="runs ended (cumulative)")
+    ax.frame()
+    for outcome in ("verified", "generated_unverified", "blocked"):
+        pts, n = [(d.first, 0)], 0
+        for ts, out, _ in d.endings:
+            if out == outcome:
+                n += 1
+                pts.append((ts, n - 1))
+                pts.append((ts, n))
+        pts.append((d.last, n))
+        path = " ".join(f"{ax.x(t):.1f},{ax.y(v):.1f}" for t, v in pts)
+        ax.parts.append(f'<polyline points="{path}" fill="none" stroke="{COLORS[outcome]}" stroke-width="2"/>')
+        for ts, out, run_id in d.endings:
+            if out == outcome:
+                v = sum(1 for t2, o2, _ in d.endings if o2 == outcome and t2 <= ts)
+                ax.parts.append(f'<circle class="datum" cx="{ax.x(ts):.1f}" cy="{ax.y(v):.1f}" r="3.5" '
+                                f'fill="{COLORS[outcome]}"><title>{esc(run_id)}: {esc(outcome)}</title></circle>')
+    return ax.svg([(o, COLORS[o]) for o in ("verified", "generated_unverified", "blocked")])
+
+
+def plot_verified_per_hour(d: Data) -> str:
+    verified = [ts for ts, out, _ in d.endings if out == "verified"]
+    if not verified:
+        return _empty("verified_per_hour", "no run is verified yet")
+    start = math.floor(d.first / 3600) * 3600
+    hours = max(1, math.ceil((d.last - start) / 3600))
+    counts = [0] * hours
+    for ts in verified:
+        counts[min(hours - 1, int((ts - start) // 3600))] += 1
+    slots = max(hours, (W - PAD_L - PAD_R) / 60.0)          # a lone hour is one bar wide, not the whole plot
+    ax = Axes("verified_per_hour", 0, slots, max(counts), x_is_time=False, y_label="verified")
+    ax.frame()
+    bw = min(60.0, (W - PAD_L - PAD_R) / hours)
+    for i, n in enumerate(counts):
+        label = time.strftime("%m-%d %H:00", time.localtime(start + i * 3600))
+        if hours <= 24 or i % max(1, hours // 12) == 0:
+            ax.parts.append(f'<text x="{ax.x(i + 0.5):.1f}" y="{H - PAD_B + 16}" text-anchor="middle" '
+                            f'font-size="10">{esc(label)}</text>')
+        if n:
+            ax.parts.append(f'<rect class="datum" x="{ax.x(i) + 2:.1f}" y="{ax.y(n):.1f}" '
+                            f'width="{max(1, bw - 4):.1f}" height="{ax.y(0) - ax.y(n):.1f}" '
+                            f'fill="{COLORS["verified"]}"><title>{esc(label)}: {n} verified</title></rect>')
+    return ax.svg()
+
+
+def plot_spend(d: Data) -> str:
+    if not d.spend:
+        return _empty("spend", "no spend recorded yet")
+    total = sum(usd for _, usd in d.spend)
+    top = max(total, d.cap or 0.0) or 1.0
+    ax = Axes("spend", d.first, d.last, top, y_label="USD (cumulative)")
+    ax.frame()
+    pts, acc = [(d.first, 0.0)], 0.0
+    for ts, usd in d.spend:
+        pts.append((ts, acc))
+        acc += usd
+        pts.append((ts, acc))
+    pts.append((d.last, acc))
+    path = " ".join(f"{ax.x(t):.1f},{ax.y(v):.1f}" for t, v in pts)
+    ax.parts.append(f'<polyline points="{path}" fill="none" stroke="{COLORS["spend"]}" stroke-width="2"/>')
+    acc = 0.0
+    for ts, usd in d.spend:
+        acc += usd
+        ax.parts.append(f'<circle class="datum" cx="{ax.x(ts):.1f}" cy="{ax.y(acc):.1f}" r="3" '
+                        f'fill="{COLORS["spend"]}"><title>+{usd:.4f} USD</title></circle>')
+    legend = [(f"spent {acc:.2f} USD", COLORS["spend"])]
+    if d.cap:
+        yy = ax.y(d.cap)
+        ax.parts.append(f'<line x1="{PAD_L}" y1="{yy:.1f}" x2="{W - PAD_R}" y2="{yy:.1f}" stroke="#c62828" '
+                        'stroke-dasharray="6 4"/>')
+        legend.append((f"cap {d.cap:.2f} USD", "#c62828"))
+    return ax.svg(legend)
+
+
+def plot_lanes(d: Data) -> str:
+    if not d.lanes:
+        return _empty("lanes", "no run was ever active")
+    edges = sorted({t for s, e, _, _ in d.lanes for t in (s, e)})
+    series = {}
+    for lane in ("cpu", "gpu"):
+        series[lane] = [(t, sum(1 for s, e, ln, _ in d.lanes if ln == lane and s <= t < e)) for t in edges]
+    top = max(v for pts in series.values() for _, v in pts) or 1
+    ax = Axes("lanes", d.first, d.last, top, y_label="active runs")
+    ax.frame()
+    for lane, pts in series.items():
+        if not any(v for _, v in pts):
+            continue
+        line, prev = [], 0
+        for t, v in pts:
+            line += [(t, prev), (t, v)]
+            prev = v
+        path = " ".join(f"{ax.x(t):.1f},{ax.y(v):.1f}" for t, v in line)
+        ax.parts.append(f'<polyline points="{path}" fill="none" stroke="{COLORS[lane]}" stroke-width="2"/>')
+    for s, e, lane, run_id in d.lanes:
+        ax.parts.append(f'<rect class="datum" x="{ax.x(s):.1f}" y="{H - PAD_B - 6 - (8 if lane == "gpu" else 0)}" '
+                        f'width="{max(1.0, ax.x(e) - ax.x(s)):.1f}" height="5" fill="{COLORS[lane]}" opacity="0.5">'
+                        f'<title>{esc(run_id)} on {esc(lane)}: {e - s:.0f}s</title></rect>')
+    return ax.svg([("cpu lane", COLORS["cpu"]), ("gpu lane", COLORS["gpu"])])
+
+
+def _hbars(name: str, rows: list[tuple[str, float, str]], unit: str) -> str:
+    """Horizontal bars: (label, value, color); labels are escaped."""
+    if not rows:
+        return _empty(name, "nothing to show")
+    top = max(v for _, v, _ in rows) or 1.0
+    row_h, label_w = 22, 300
+    height = PAD_T + row_h * len(rows) + 10
+    parts = []
+    for i, (label, value, color) in enumerate(rows):
+        y = PAD_T + i * row_h
+        width = (W - label_w - 80) * value / top
+        short = label if len(label) <= 48 else label[:47] + "…"
+        parts.append(f'<text x="{label_w - 8}" y="{y + 14}" text-anchor="end" font-size="11">{esc(short)}'
+                     f'<title>{esc(label)}</title></text>')
+        parts.append(f'<rect class="datum" x="{label_w}" y="{y + 3}" width="{max(1.0, width):.1f}" '
+                     f'height="{row_h - 6}" fill="{color}"><title>{esc(label)}: {value:g} {esc(unit)}</title></rect>')
+        parts.append(f'<text x="{label_w + max(1.0, width) + 6:.1f}" y="{y + 14}" font-size="11">'
+                     f'{esc(f"{value:.1f}" if isinstance(value, float) and value != int(value) else f"{value:g}")} '
+                     f'{esc(unit)}</text>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" data-plot="{esc(name)}" width="{W}" height="{height}" '
+            f'viewBox="0 0 {W} {height}">' + "".join(parts) + "</svg>")
+
+
+def plot_failures(d: Data) -> str:
+    counts: dict[str, int] = {}
+    color: dict[str, str] = {}
+    for run in d.runs.values():
+        if run["outcome"] in ("generated_unverified", "blocked"):
+            key = f"{run['outcome']}: {run['reason'] or '(no reason)'}"
+            counts[key] = counts.get(key, 0) + 1
+            color[key] = COLORS[run["outcome"]]
+    rows = sorted(((k, float(v), color[k]) for k, v in counts.items()), key=lambda r: -r[1])[:20]
+    if not rows:
+        return _empty("failures", "no run ended without being verified")
+    return _hbars("failures", rows, "runs")
+
+
+def plot_slowest_phases(d: Data, n: int = 12) -> str:
+    rows = [(f"{run_id} · {phase}", round(seconds, 1), COLORS["phase"]) for seconds, phase, run_id in d.phases[:n]]
+    if not rows:
+        return _empty("slowest_phases", "no phase has finished yet")
+    return _hbars("slowest_phases", rows, "s")
+
+
+def _phase_table(d: Data) -> str:
+    by_phase: dict[str, list[float]] = {}
+    for seconds, phase, _ in d.phases:
+        by_phase.setdefault(phase, []).append(seconds)
+    rows = "".join(f"<tr><td>{esc(p)}</td><td>{len(v)}</td><td>{statistics.median(v):.1f}</td>"
+                   f"<td>{max(v):.1f}</td></tr>" for p, v in sorted(by_phase.items(), key=lambda kv: -max(kv[1])))
+    return ("<table><tr><th>phase</th><th>runs</th><th>median s</th><th>max s</th></tr>" + rows + "</table>"
+            if rows else "")
+
+
+def _runs_table(d: Data, limit: int = 500) -> str:
+    rows = []
+    for run_id, r in sorted(d.runs.items())[:limit]:
+        ending = r["outcome"] or r["state"]
+        rows.append(f'<tr class="{esc(ending)}"><td>{esc(run_id)}</td><td>{esc(ending)}</td>'
+                    f"<td>{esc(r['reason'] or '')}</td><td>{esc(r['lane'])}</td><td>{r['spent']:.4f}</td>"
+                    f"<td>{esc(r['title'] or '')}</td></tr>")
+    more = f"<p>... and {len(d.runs) - limit} more runs</p>" if len(d.runs) > limit else ""
+    return ("<table><tr><th>run</th><th>state / outcome</th><th>reason</th><th>lane</th><th>USD</th>"
+            "<th>PR title</th></tr>" + "".join(rows) + "</table>" + more)
+
+
+def render(d: Data, generated_at: float | None = None) -> str:
+    generated_at = time.time() if generated_at is None else generated_at
+    counts: dict[str, int] = {}
+    for r in d.runs.values():
+        key = r["outcome"] or r["state"]
+        counts[key] = counts.get(key, 0) + 1
+    summary = " · ".join(f"{esc(k)} {v}" for k, v in sorted(counts.items()))
+    spent = sum(usd for _, usd in d.spend)
+    sections = [
+        ("Endings over time", plot_endings(d)),
+        ("Verified per hour", plot_verified_per_hour(d)),
+        ("Spend over time", plot_spend(d)),
+        ("Lane occupancy", plot_lanes(d)),
+        ("Failure reasons", plot_failures(d)),
+        ("Slowest phases", plot_slowest_phases(d) + _phase_table(d)),
+    ]
+    body = "".join(f"<section><h2>{esc(title)}</h2>{svg}</section>" for title, svg in sections)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<title>sweep report: {esc(d.name)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 24px; color: #222; background: #fff; }}
+section {{ margin: 18px 0 28px; }}
+h1 {{ font-size: 22px; }} h2 {{ font-size: 16px; margin-bottom: 6px; }}
+table {{ border-collapse: collapse; font-size: 12px; margin-top: 8px; }}
+td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }}
+tr.verified td:nth-child(2) {{ color: {COLORS['verified']}; }}
+tr.blocked td:nth-child(2) {{ color: {COLORS['blocked']}; }}
+tr.generated_unverified td:nth-child(2) {{ color: #b07d00; }}
+.meta {{ color: #555; font-size: 13px; }}
+</style></head>
+<body>
+<h1>Campaign {esc(d.name)} <span class="meta">({esc(d.campaign_id)})</span></h1>
+<p class="meta">{len(d.runs)} runs: {summary}. Target {d.target} verified. Spent {spent:.2f} USD
+{f'of a {d.cap:.2f} USD cap' if d.cap else '(no campaign cap)'}.
+From {esc(_fmt_t(d.first, 1e9))} to {esc(_fmt_t(d.last, 1e9))}; written {esc(_fmt_t(generated_at, 1e9))} by
+<code>sweep report</code>, from the campaign's files.</p>
+{body}
+<section><h2>Runs</h2>{_runs_table(d)}</section>
+</body></html>
+"""
+
+
+def write_report(campaign_dir: Path, out: Path) -> Path:
+    from runstate.files import write_atomic
+    data = collect(campaign_dir)
+    out = Path(out)
+    write_atomic(out, render(data).encode("utf-8"), mode=0o644)
+    return out

@@ -1,0 +1,152 @@
+"""Clean errors where a file, a directory or garbage is not what sweep expects (issue 13, item 5).
+
+Real CLI in subprocesses, real files; no traceback may reach the user for any of these.
+"""
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from runstate import load_record, run_dir
+from runstate.models import OutageStamp, RunState
+from tests.campaigns import payload_plan, status_json, sweep, write_plan
+
+
+@pytest.fixture
+def campaign(tmp_path):
+    def make(plan: dict, name: str = "camp"):
+        path = write_plan(tmp_path / f"{name}.json", plan)
+        d = tmp_path / name
+        sweep("init", str(path), "--campaign", str(d))
+        return d
+    return make
+
+
+VERBS_WITH_CAMPAIGN = [
+    ["tick"], ["status"], ["status", "--json"], ["show", "pr-000"], ["drain"], ["undrain"],
+    ["runtime", "show"], ["runtime", "freeze"], ["scrontab", "--print"], ["retry", "pr-000"],
+    ["abort", "pr-000"], ["doctor"], ["export", "/var/tmp/sweep-never-written"], ["report"],
+]
+
+
+@pytest.mark.parametrize("argv", VERBS_WITH_CAMPAIGN, ids=lambda a: " ".join(a))
+def test_every_verb_given_a_file_as_campaign_says_so_in_one_line(tmp_path, argv):
+    f = tmp_path / "not-a-campaign.txt"
+    f.write_text("hello\n")
+    r = sweep(*argv, "--campaign", str(f), check=False)
+    if r.returncode == 2 and "no such option" in r.stderr.lower():
+        pytest.skip(f"{argv[0]} takes no --campaign")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert str(f) in r.stderr and "not a campaign directory" in r.stderr
+
+
+@pytest.mark.parametrize("argv", VERBS_WITH_CAMPAIGN, ids=lambda a: " ".join(a))
+def test_every_verb_given_a_directory_that_is_no_campaign_says_so_in_one_line(tmp_path, argv):
+    d = tmp_path / "empty"
+    d.mkdir()
+    r = sweep(*argv, "--campaign", str(d), check=False)
+    if r.returncode == 2 and "no such option" in r.stderr.lower():
+        pytest.skip(f"{argv[0]} takes no --campaign")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "not a sweep campaign" in r.stderr
+
+
+def test_init_with_a_file_as_campaign_says_so_in_one_line(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    plan = write_plan(tmp_path / "p.json", payload_plan(1))
+    r = sweep("init", str(plan), "--campaign", str(f), check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and str(f) in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_directory_where_the_drain_marker_should_be_is_reported_never_a_traceback(campaign):
+    d = campaign(payload_plan(2))
+    (d / "drain-request.json").mkdir()
+    for verb in ("drain", "undrain"):
+        r = sweep(verb, "--campaign", str(d), check=False)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+        assert "drain-request.json is a directory" in r.stderr and "rmdir" in r.stderr
+    out = sweep("tick", "--campaign", str(d)).stdout          # a directory there counts as draining
+    assert "draining" in out
+    assert status_json(d)["counts"]["active"] == 0
+    text = sweep("status", "--campaign", str(d)).stdout
+    assert "draining" in text
+    (d / "drain-request.json").rmdir()
+    sweep("tick", "--campaign", str(d))
+    assert [a["kind"] for a in json.loads((d / "tick.json").read_text())["actions"]].count("admit") == 2
+
+
+def test_garbage_in_marker_and_tick_files_is_reported_never_a_traceback(campaign):
+    d = campaign(payload_plan(2))
+    (d / "drain-request.json").write_bytes(b"\x00not json")
+    (d / "outage-author.json").write_bytes(b"{")
+    (d / "tick.json").write_bytes(b"garbage")
+    (d / "lane-backoff.json").write_bytes(b"[1,2")
+    (d / "ghosts.json").mkdir()
+    r = sweep("tick", "--campaign", str(d), check=False)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    for argv in (["status"], ["status", "--json"], ["undrain"]):
+        r = sweep(*argv, "--campaign", str(d), check=False)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (argv, r.stderr)
+
+
+def test_a_symlinked_run_directory_is_reported_alike_by_tick_status_and_show(campaign, tmp_path):
+    d = campaign(payload_plan(2))
+    real = tmp_path / "elsewhere" / "pr-001"
+    real.parent.mkdir()
+    os.rename(run_dir(d, "pr-001"), real)
+    os.symlink(real, d / "runs" / "pr-001")
+    sweep("tick", "--campaign", str(d))
+    tick = json.loads((d / "tick.json").read_text())
+    assert any(c.startswith("pr-001: ") and "symbolic link" in c for c in tick["corrupt"]), tick["corrupt"]
+    st = status_json(d)
+    assert "symbolic link" in st["corrupt"]["pr-001"]
+    assert "symbolic link" in sweep("status", "--campaign", str(d)).stdout
+    r = sweep("show", "pr-001", "--campaign", str(d), check=False)
+    assert r.returncode == 2 and "symbolic link" in r.stderr and "Traceback" not in r.stderr
+    assert load_record(real).value.state is RunState.queued      # nothing was done through the link
+
+
+def test_an_outage_stamp_cooldown_is_clamped_to_the_documented_maximum(campaign):
+    d = campaign(payload_plan(1))
+    now = time.time()
+    stamp = OutageStamp(role="author", kind="outage", stamped_at=now, cooldown_s=1e12)
+    assert stamp.until == now + 4 * 3600
+    assert OutageStamp(role="author", kind="throttle", stamped_at=now, cooldown_s=1e12).until == now + 3600
+    assert OutageStamp(role="author", kind="throttle", stamped_at=now, cooldown_s=-5).until == now
+    (d / "outage-author.json").write_text(stamp.model_dump_json())
+    st = status_json(d)
+    cd = next(c for c in st["cooldowns"] if c["role"] == "author")
+    assert 4 * 3600 - 60 < cd["left_s"] <= 4 * 3600
+
+
+def _modes(root):
+    bad = []
+    for base, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(base, name)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISDIR(st.st_mode) and mode != 0o700:
+                bad.append(f"{p}: dir {oct(mode)}")
+            elif not stat.S_ISDIR(st.st_mode) and mode not in (0o600, 0o700):
+                bad.append(f"{p}: file {oct(mode)}")
+    return bad
+
+
+def test_permissions_after_the_demo_are_exactly_as_docs_state_md_says(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "sweep", "demo", str(tmp_path / "demo")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    campaign_dir = tmp_path / "demo" / "campaign"
+    assert campaign_dir.is_dir()
+    assert _modes(campaign_dir) == []

@@ -133,6 +133,7 @@ def leaky_options(scratch: Path, src: dict, leaks: str, role: str = "author") ->
     script.write_text(LEAKY_AGENT)
     options = agent_options(role, "--repo", src["repo"], f"--leak={leaks}")
     options["argv"][1] = str(script)
+    options["read_paths"] = [*options.get("read_paths", []), str(FAKES)]   # it imports tests/fakes/agent.py
     return options
 
 

@@ -166,12 +166,16 @@ class LocalProvider:
             os.mkdir(tmpdir, 0o700)
         try:
             env, secrets = self._environment(spec, home, tmpdir)
-            if self.isolation == "bwrap":
-                # only what the sandbox can see: a PATH entry outside the view (a pyenv shim under
-                # the operator's home) would resolve here but not run there
-                env["PATH"] = _visible_path(env["PATH"], spec)
             argv = list(spec.argv)
-            exe = self._resolve(argv[0], cwd, env["PATH"])
+            if self.isolation == "bwrap":
+                # The program is found on the caller's PATH (it is then bound into the view), except
+                # in version-manager shim directories (pyenv, rbenv, asdf: `.../shims`), whose
+                # scripts dispatch through a tree the sandbox does not show. Inside, PATH keeps only
+                # the entries that exist there.
+                exe = self._resolve(argv[0], cwd, _without_shims(env["PATH"]))
+                env["PATH"] = _visible_path(env["PATH"], spec)
+            else:
+                exe = self._resolve(argv[0], cwd, env["PATH"])
             if exe is None or not os.access(exe, os.X_OK):
                 return ExecResult(rc=None, timed_out=False, duration_s=0.0, stdout_tail="", stderr_tail="",
                                   isolation=self.isolation, argv=argv, env_names=sorted(env),
@@ -225,6 +229,10 @@ class LocalProvider:
                           limits_enforced=dict(bounds.enforced),
                           network=mode if self.isolation == "bwrap" else "host",
                           endpoints=[e.text for e in endpoints])
+
+
+def _without_shims(path: str) -> str:
+    return os.pathsep.join(e for e in path.split(os.pathsep) if os.path.basename(e.rstrip("/")) != "shims")
 
 
 def _visible_path(path: str, spec: ExecSpec) -> str:

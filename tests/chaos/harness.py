@@ -10,7 +10,7 @@ Invariants, checked after every tick and at the end of every round:
 - no two controllers act for one run (events of two jobs of a run never overlap in time);
 - no finished phase repeated (a `phase_done` twice without a `repair` between);
 - spend never above the cap plus recorded overruns;
-- with the queue UNKNOWN, nothing judged dead (no requeue, max_attempted, give-up or ghost cancel);
+- with the queue UNKNOWN, nothing judged dead (no requeue, interruption, max_attempted, give-up or ghost cancel);
 - live jobs (squeue) never above max_parallel / max_gpu_parallel, ghosts included;
 - at the end: every run ended, or visibly corrupt / held with a reason; no lease, no lease stray,
   no live job of the campaign.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 LIVE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
-UNKNOWN_FORBIDDEN = ("requeue", "give_up", "cancel_ghost")
+UNKNOWN_FORBIDDEN = ("requeue", "interrupt", "give_up", "cancel_ghost")
 
 
 @dataclass

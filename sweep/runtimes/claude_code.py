@@ -325,6 +325,10 @@ def classify_stream(stream: ClaudeStream, outcome) -> Parsed:
     r = stream.result
     turns = r.get("num_turns") if r and isinstance(r.get("num_turns"), int) else None
     cost = _number(r.get("total_cost_usd")) if r else None
+    usage = r.get("usage") if r and isinstance(r.get("usage"), dict) else {}
+    tokens = sum(v for v in usage.values() if isinstance(v, int) and not isinstance(v, bool))
+    if cost == 0 and tokens > 0:
+        cost = None     # tokens were spent, so $0 is not a price: charge the reservation instead
     common = {"turns": turns, "cost_usd": cost, "session_id": stream.session_id}
     said = (_str(r.get("result"), 300) if r else None) or ""
     stopped = getattr(outcome, "stopped", None)

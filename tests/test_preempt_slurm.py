@@ -195,11 +195,12 @@ def test_scancel_is_still_an_attempt(slurm_preempt_cluster, tmp_path, hold):
 
 # ---- the tick judges jobs that vanished without a word ----------------------------------------------
 
-def payload_campaign(tmp_path, cluster, n: int, accounting: str, **kw) -> tuple[Path, dict]:
+def payload_campaign(tmp_path, cluster, n: int, accounting: str, partition: str = "scavenger",
+                     **kw) -> tuple[Path, dict]:
     env = env_of(cluster)
     plan = payload_plan(n, backend="slurm", max_parallel=n,
                         scheduler={"accounting": accounting,
-                                   "lanes": {"cpu": {"partition": "scavenger", "time": "10"}, "gpu": GPU_LANE}},
+                                   "lanes": {"cpu": {"partition": partition, "time": "10"}, "gpu": GPU_LANE}},
                         **kw)
     d = init(tmp_path, plan, env)
     (d / "payload.json").write_text(json.dumps({"hang": True}))
@@ -276,6 +277,25 @@ def test_without_accounting_a_failed_node_counts_as_an_attempt_and_status_says_w
     assert "accounting: unavailable" in text and "counts as an attempt" in text, text
     assert json.loads((d / "tick.json").read_text())["accounting"] == "unavailable"
     _cancel_campaign(cluster, d, env)
+
+
+def test_jobcomp_accounting_on_a_cluster_without_a_completion_log_is_unavailable(tmp_path):
+    """`accounting = "jobcomp"` where JobCompType=jobcomp/none: sacct -c says "Slurm job completion
+    is disabled"; the vanished job counts as an attempt at once, and status says why."""
+    from tests.slurm_cluster import remove_cluster_dir, start_throwaway_cluster
+    cluster, cdir = start_throwaway_cluster("sweep-slurm-nojobcomp-", jobcomp=False)
+    try:
+        d, env = payload_campaign(tmp_path, cluster, 1, "jobcomp", partition="cpu")
+        rec = record(d, "pr-000")
+        kill_group_of(rec.submit_token)
+        wait_job_gone(cluster, rec.job_id)
+        sweep("tick", "--campaign", str(d), env=env)
+        after = record(d, "pr-000")
+        assert after.attempts == 1 and "job completion is disabled" in after.last_error, after
+        assert "accounting: unavailable" in sweep("status", "--campaign", str(d), env=env).stdout
+    finally:
+        cluster.stop()
+        remove_cluster_dir(cdir)
 
 
 def test_a_run_preempted_every_time_ends_max_interrupted_with_no_attempt_spent(slurm_preempt_cluster, tmp_path):

@@ -100,12 +100,13 @@ def test_time_limit_warning_checkpoints_and_the_run_resumes_without_an_attempt(s
     cluster = slurm_preempt_cluster
     env = env_of(cluster)
     marker = f"marker-{uuid.uuid4().hex}"
-    # a 1-minute limit with the warning 50 s before it: SIGUSR1 within ~10-40 s of the start
+    # a 2-minute limit with the warning 100 s before it: slurmctld checks limits every ~30 s, so
+    # SIGUSR1 comes 20-50 s after the start, once the author session is under way
     d = init(tmp_path, controller_plan(tmp_path, hold, marker,
-                                       {"partition": "cpu", "time": "1", "warn_before_end_s": 50}), env)
+                                       {"partition": "cpu", "time": "2", "warn_before_end_s": 100}), env)
     first = start_author(d, env, marker)
     script = (run_dir(d, "pr") / "logs" / f"job-{record(d, 'pr').submit_token}.sbatch").read_text()
-    assert "--signal=B:USR1@50" in script and "--no-requeue" in script
+    assert "--signal=B:USR1@100" in script and "--no-requeue" in script
     # the record is written first, then the event: wait for both
     wait_until("the controller's checkpoint at the warning", lambda: record(d, "pr").state is RunState.queued
                and count(events(d, "pr"), "interrupted"), 120)

@@ -35,6 +35,9 @@ from typing import Iterable
 
 REDACTED = "[REDACTED]"
 MIN_SECRET_LEN = 4      # redacting shorter values would shred the transcript and reveal little
+# Process-wide values (registered by the controller) must be longer: they are matched in every
+# stored text and in bundles, where a dummy key like "test" would block every run.
+MIN_REGISTERED_LEN = 8
 MIN_FORM_LEN = 8        # an encoded form shorter than this matches ordinary text by chance
 MAX_GAP = 16            # whitespace characters tolerated between two characters of a value
 _GAP = rb"(?:\s|\\[nrt]){0,%d}" % MAX_GAP
@@ -50,7 +53,7 @@ _cache: dict[frozenset[str], tuple[re.Pattern[bytes] | None, int, tuple[bytes, .
 def register(values: Iterable[str]) -> None:
     """Make `values` known to every Redactor this process creates from now on."""
     for value in values:
-        if value and len(value) >= MIN_SECRET_LEN:
+        if value and len(value) >= MIN_REGISTERED_LEN:
             _registered.add(value)
 
 

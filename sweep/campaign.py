@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 from pydantic import ValidationError
@@ -28,7 +29,10 @@ from runstate.models import PIPELINE_ROLES, RunRecord, validate_run_id
 from runstate.paths import CANDIDATE_FILE, RUNS_DIR, STATE_FILE, RunPaths
 from runstate.runs import create_run_dir, load_record, save_record
 from sweep import __version__
-from sweep.models.plan import CampaignFile, FrozenCandidate, Plan
+from sweep.models.plan import CampaignFile, FrozenCandidate, Plan, PlanSettings
+
+if TYPE_CHECKING:
+    from sweep.scheduler.base import Scheduler
 
 CAMPAIGN_FILE = "campaign.toml"
 ENV_CAMPAIGN = "SWEEP_CAMPAIGN"
@@ -373,13 +377,13 @@ class Campaign:
         return cls(campaign_dir, load_campaign(campaign_dir))
 
     @property
-    def settings(self):
+    def settings(self) -> PlanSettings:
         return self.file.settings
 
     def run(self, run_id: str) -> RunPaths:
         return RunPaths(self.dir, run_id)
 
-    def scheduler(self):
+    def scheduler(self) -> Scheduler:
         """The scheduler backend the plan chose, for this campaign's jobs (name prefix filter)."""
         from sweep.scheduler import make_scheduler
         return make_scheduler(self.file.settings.scheduler, self.dir, self.file.job_prefix)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sweep.scheduler.base import (JobInfo, JobSpec, QueueSnapshot, Scheduler, check_job_name,
                                   parse_gpu_count)
@@ -43,14 +43,17 @@ def make_scheduler(settings: SchedulerSettings, campaign_dir: Path, name_prefix:
     Raises ConfigError when the backend cannot be used here (e.g. pyslurm missing or mismatched).
     """
     backend = settings.backend
-    cls = SCHEDULERS.load(backend)
+    cls: Any = SCHEDULERS.load(backend)
+    scheduler: Scheduler
     if backend == "local":
-        return cls(Path(campaign_dir) / LOCAL_JOBS_DIR, name_prefix,
-                   cpu_slots=settings.local.cpu_slots, gpu_slots=settings.local.gpu_slots,
-                   call_timeout=settings.call_timeout_seconds, env=env)
-    if backend == "slurm":
-        return cls(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,
-                   squeue_user=settings.squeue_user, signal=settings.signal, env=env,
-                   accounting=settings.accounting)
-    return cls(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,      # pyslurm
-               squeue_user=settings.squeue_user, signal=settings.signal, env=env)
+        scheduler = cls(Path(campaign_dir) / LOCAL_JOBS_DIR, name_prefix,
+                        cpu_slots=settings.local.cpu_slots, gpu_slots=settings.local.gpu_slots,
+                        call_timeout=settings.call_timeout_seconds, env=env)
+    elif backend == "slurm":
+        scheduler = cls(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,
+                        squeue_user=settings.squeue_user, signal=settings.signal, env=env,
+                        accounting=settings.accounting)
+    else:   # pyslurm
+        scheduler = cls(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,
+                        squeue_user=settings.squeue_user, signal=settings.signal, env=env)
+    return scheduler

@@ -155,7 +155,8 @@ def test_codex_watch_stops_on_reconnects_turns_and_cost():
 def test_a_walltime_kill_is_an_outage_only_while_the_cli_retries_the_api():
     busy = ClaudeStream()
     busy.feed_line('{"type":"system","subtype":"init","session_id":"s"}')
-    busy.feed_line('{"type":"user","message":{"content":[{"type":"tool_result","content":"API Error: 503 Service Unavailable"}]}}')
+    busy.feed_line('{"type":"user","message":{"content":[{"type":"tool_result",'
+                   '"content":"API Error: 503 Service Unavailable"}]}}')
     assert classify_stream(busy, Outcome(rc=None, timed_out=True)).failure_class == "failure"
     retrying = ClaudeStream()
     retrying.feed_line('{"type":"system","subtype":"init","session_id":"s"}')

@@ -143,8 +143,9 @@ class CodexRuntime:
             bad = [k for k, v in prices.items() if k not in PRICE_KEYS or isinstance(v, bool)
                    or not isinstance(v, (int, float)) or not 0 <= v < 10_000]
             if bad or "input_per_mtok" not in prices or "output_per_mtok" not in prices:
-                raise ConfigError(f"prices needs input_per_mtok and output_per_mtok (and optionally "
-                                  f"cached_input_per_mtok), USD per million tokens, each 0-10000", field="runtime_options.prices")
+                raise ConfigError("prices needs input_per_mtok and output_per_mtok (and optionally "
+                                  "cached_input_per_mtok), USD per million tokens, each 0-10000",
+                                  field="runtime_options.prices")
 
     def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
         opts = {**DEFAULTS, **(req.runtime_options or {})}

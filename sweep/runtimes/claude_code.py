@@ -52,7 +52,7 @@ SUPPORTED_RANGE = ((2, 1, 0), (2, 2, 0))       # [min, max): outside it `sweep d
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 CONFIG_DIR_NAME = "claude-config"
 DEFAULTS = {"max_retries": 2, "request_timeout_s": 300.0, "stall_s": 900.0, "binary": "claude"}
-_OPTION_TYPES = {"model": str, "effort": str, "base_url": str, "max_retries": int,
+_OPTION_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "effort": str, "base_url": str, "max_retries": int,
                  "request_timeout_s": (int, float), "stall_s": (int, float), "binary": str}
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/\[\]-]{0,127}$")
 _URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d+)?(/[A-Za-z0-9._~/-]*)?$")

@@ -35,6 +35,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runstate.errors import ConfigError
 from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
@@ -45,7 +46,7 @@ SUPPORTED_RANGE = ((0, 171, 0), (0, 172, 0))
 EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
 HOME_NAME = "codex-home"
 DEFAULTS = {"max_retries": 1, "stall_s": 600.0, "binary": "codex"}
-_OPTION_TYPES = {"model": str, "effort": str, "base_url": str, "max_retries": int, "stall_s": (int, float),
+_OPTION_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "effort": str, "base_url": str, "max_retries": int, "stall_s": (int, float),
                  "binary": str, "prices": dict}
 PRICE_KEYS = ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok")
 STEP_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search", "agent_message"}
@@ -304,7 +305,7 @@ def status_in(message: str) -> int | None:
 
 
 def classify_codex(stream: CodexStream, outcome, output) -> Parsed:
-    common = {"turns": stream.steps, "cost_usd": stream.cost_usd, "session_id": stream.thread_id}
+    common: dict[str, Any] = {"turns": stream.steps, "cost_usd": stream.cost_usd, "session_id": stream.thread_id}
     stopped = getattr(outcome, "stopped", None) or ""
     if stopped == "stalled" or stopped.startswith("unreachable"):
         return Parsed(ok=False, failure_class="outage", reason="stalled" if stopped == "stalled" else "unreachable",

@@ -15,6 +15,7 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 AGENT_RUNTIMES = ("claude-code", "codex")
@@ -51,12 +52,12 @@ def _uses(settings, candidates) -> list[tuple[str, str, str, dict]]:
     return out
 
 
-def _module(runtime: str):
+def _module(runtime: str) -> tuple[Any, Any, Any]:
     if runtime == "claude-code":
-        from sweep.runtimes import claude_code as mod
-        return mod, mod.find_binary, mod.install_root
-    from sweep.runtimes import codex as mod
-    return mod, mod.native_binary, mod.package_root
+        from sweep.runtimes import claude_code
+        return claude_code, claude_code.find_binary, claude_code.install_root
+    from sweep.runtimes import codex
+    return codex, codex.native_binary, codex.package_root
 
 
 def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sandbox: bool = True,

@@ -349,7 +349,7 @@ class Chaos:
                         self.violation(f"{rid}: phase {e.get('phase')} done twice (no repair between)")
                     done.add(e.get("phase"))
             ordered = sorted(spans.items(), key=lambda kv: kv[1][0])
-            for (a, sa), (b, sb) in zip(ordered, ordered[1:]):
+            for (a, sa), (b, sb) in zip(ordered, ordered[1:], strict=False):
                 if sb[0] < sa[1]:
                     self.violation(f"{rid}: controllers {a} and {b} acted at the same time "
                                    f"({sa[0]:.2f}-{sa[1]:.2f} vs {sb[0]:.2f}-{sb[1]:.2f})")
@@ -413,7 +413,7 @@ class Chaos:
         actions = [(self.tick, 2), (self.kill_tick, 7), (self.kill_controller, 4), (self.scancel, 1.5),
                    (self.stall_ctld, 0.7), (self.restart_ctld, 0.3), (self.corrupt, 1.5),
                    (self.stamp_outage, 0.4), (self.drain, 0.2), (self.undrain, 0.5)]
-        fns, weights = zip(*actions)
+        fns, weights = zip(*actions, strict=True)
         self.log(f"round {self.fig.rounds}: campaign {self.campaign} ({self.n_runs} runs), seed {self.seed}")
         while faults < self.round_faults and self.fig.kills < self.kills_wanted and not self.out_of_time():
             fn = self.rng.choices(fns, weights=weights)[0]

@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from sweep.proc import signal_group
 from sweep.redact import Redactor   # every spelling of a secret (base64, hex, split), see sweep/redact.py
@@ -106,7 +107,7 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
                 idle_timeout_s: float | None = None, stdout_watch=None) -> ProcessOutcome:
     redactor = Redactor(secrets)
     started = time.monotonic()
-    stdin = subprocess.DEVNULL
+    stdin: int | BinaryIO = subprocess.DEVNULL
     try:
         if stdin_path is not None:
             stdin = open(stdin_path, "rb")
@@ -115,7 +116,7 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
                                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
                                     pass_fds=pass_fds)
         finally:
-            if stdin is not subprocess.DEVNULL:
+            if not isinstance(stdin, int):
                 stdin.close()
     except OSError as exc:
         for path in (stdout_path, stderr_path):

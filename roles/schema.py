@@ -83,7 +83,7 @@ def _type_ok(value: Any, kind: str) -> bool:
     return False
 
 
-def validate_instance(value: Any, schema: dict, where: str = "$") -> list[str]:
+def validate_instance(value: Any, schema: dict[str, Any], where: str = "$") -> list[str]:
     """Every way `value` fails `schema` (a schema that passed `schema_problems`). Empty = valid."""
     problems: list[str] = []
     kind = schema.get("type")

@@ -26,7 +26,7 @@ _EXPORTS = {name: "runstate." + module for module, names in {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'runstate' has no attribute {name!r}")

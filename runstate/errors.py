@@ -6,7 +6,9 @@ line that names the file and the field, and a non-zero exit code; a traceback is
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 
 class SweepError(Exception):
@@ -65,11 +67,17 @@ class ProviderError(SweepError):
     """A sandbox provider failed or cannot honour a request."""
 
 
-def _error_field(err: dict, top: str) -> str:
+class _HasErrors(Protocol):
+    """A pydantic ValidationError, as far as the formatter needs one."""
+
+    def errors(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+def _error_field(err: Mapping[str, Any], top: str) -> str:
     return ".".join(str(p) for p in err.get("loc", ())) or top
 
 
-def _error_text(err: dict, unknown: str) -> str:
+def _error_text(err: Mapping[str, Any], unknown: str) -> str:
     if err.get("type") == "extra_forbidden":
         return unknown
     if err.get("type") == "missing":
@@ -77,7 +85,8 @@ def _error_text(err: dict, unknown: str) -> str:
     return str(err.get("msg", "invalid")).removeprefix("Value error, ")
 
 
-def validation_problem(exc, *, top: str = "(top level)", unknown: str = "unknown field (check the spelling)",
+def validation_problem(exc: _HasErrors, *, top: str = "(top level)",
+                       unknown: str = "unknown field (check the spelling)",
                        first: tuple[str, str] | None = None) -> tuple[str, str]:
     """(dotted field, message) of a pydantic ValidationError's first error, plus how many more.
 
@@ -93,7 +102,7 @@ def validation_problem(exc, *, top: str = "(top level)", unknown: str = "unknown
     return field, msg
 
 
-def describe_validation_error(exc, limit: int = 3) -> str:
+def describe_validation_error(exc: _HasErrors, limit: int = 3) -> str:
     """'field.sub: message' for the first few errors: what a reader reports after the file name."""
     errors = exc.errors()
     parts = [f"{_error_field(e, '(top level)')}: {_error_text(e, 'unknown field')}" for e in errors[:limit]]

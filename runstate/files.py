@@ -22,14 +22,22 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from runstate.errors import describe_validation_error  # noqa: F401 - re-exported
-from runstate.atomic import (DIR_MODE, FILE_MODE, _unlink_quietly, fsync_dir, make_private_dir,  # noqa: F401
-                             temp_name, unique_suffix, write_all, write_atomic)
+# re-exported: runstate.files stays the one import for model I/O (explicit `as` for mypy's strict mode)
+from runstate.atomic import DIR_MODE as DIR_MODE
+from runstate.atomic import FILE_MODE as FILE_MODE
+from runstate.atomic import _unlink_quietly as _unlink_quietly
+from runstate.atomic import fsync_dir as fsync_dir
+from runstate.atomic import make_private_dir as make_private_dir
+from runstate.atomic import temp_name as temp_name
+from runstate.atomic import unique_suffix as unique_suffix
+from runstate.atomic import write_all as write_all
+from runstate.atomic import write_atomic as write_atomic
+from runstate.errors import describe_validation_error as describe_validation_error
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -52,7 +60,7 @@ def dump_model(model: BaseModel) -> bytes:
 class Loaded(Generic[M]):
     """The outcome of reading one file: a value, or the reason there is none."""
 
-    path: Path
+    path: str | Path
     value: M | None
     problem: str | None = None      # None when value is set
     missing: bool = False           # the file does not exist (often normal, e.g. no lease)
@@ -66,7 +74,7 @@ class Loaded(Generic[M]):
 class RefusedFile(OSError):
     """A file the read path will not read: a symlink, a FIFO, a device, a directory, or too large."""
 
-    def __init__(self, path, why: str):
+    def __init__(self, path: str | os.PathLike[str], why: str) -> None:
         super().__init__(errno.EINVAL, f"refused: {why}", os.fspath(path))
 
 
@@ -82,7 +90,7 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path, cap: int = MAX_RECORD_BYTES) -> tuple[int, os.stat_result] | None:
+def open_regular(path: str | os.PathLike[str], cap: int = MAX_RECORD_BYTES) -> tuple[int, os.stat_result] | None:
     """Open `path` for reading only if it is a regular file of at most `cap` bytes.
 
     Returns (fd, fstat) — the caller closes fd — or None if it does not exist. Raises RefusedFile
@@ -109,7 +117,7 @@ def open_regular(path, cap: int = MAX_RECORD_BYTES) -> tuple[int, os.stat_result
     return fd, st
 
 
-def read_fd(fd: int, path, cap: int) -> bytes:
+def read_fd(fd: int, path: str | os.PathLike[str], cap: int) -> bytes:
     """Read an open regular file to its end, refusing it if it grows past `cap` meanwhile."""
     chunks = []
     total = 0
@@ -124,7 +132,7 @@ def read_fd(fd: int, path, cap: int) -> bytes:
     return b"".join(chunks) if len(chunks) != 1 else chunks[0]
 
 
-def read_bytes(path: Path, cap: int = MAX_READ_BYTES) -> bytes | None:
+def read_bytes(path: str | os.PathLike[str], cap: int = MAX_READ_BYTES) -> bytes | None:
     """The bytes of a regular file, or None if it does not exist; RefusedFile for anything else."""
     opened = open_regular(path, cap)
     if opened is None:
@@ -136,7 +144,7 @@ def read_bytes(path: Path, cap: int = MAX_READ_BYTES) -> bytes | None:
         os.close(fd)
 
 
-def parse_model(path: Path, raw: bytes, model: type[M]) -> Loaded[M]:
+def parse_model(path: str | Path, raw: bytes, model: type[M]) -> Loaded[M]:
     if not raw.strip():
         return Loaded(path, None, "empty file", raw=raw)
     try:
@@ -160,7 +168,7 @@ def read_raw(path: str, cap: int = MAX_RECORD_BYTES) -> bytes | None:
     return read_bytes(path, cap)
 
 
-def parse_model_fast(path, raw: bytes, model: type[M]) -> Loaded[M]:
+def parse_model_fast(path: str | Path, raw: bytes, model: type[M]) -> Loaded[M]:
     """parse_model, with pydantic's own JSON parser tried first (one pass, no dict of Python
     objects); only a file that fails goes through the slow path that explains what is wrong."""
     try:
@@ -195,7 +203,7 @@ def append_line(path: Path, obj: object) -> None:
         os.close(fd)
 
 
-def read_lines(path: Path) -> tuple[list[dict], int]:
+def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
     """All well-formed JSON-object lines of a JSONL file, and how many lines were skipped."""
     raw = read_bytes(path)
     if raw is None:

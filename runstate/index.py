@@ -60,7 +60,7 @@ class Ending:
     spent_usd: float
     lane: str = "cpu"
 
-    def line(self) -> list:
+    def line(self) -> list[object]:
         return [self.run_id, *self.ident, self.outcome, self.reason, self.spent_usd, self.lane]
 
 
@@ -79,7 +79,7 @@ def index_path(campaign: Path | str) -> str:
     return f"{os.fspath(campaign)}/{INDEX_FILE}"
 
 
-def _parse_entry(row) -> Ending | str | None:
+def _parse_entry(row: object) -> Ending | str | None:
     """An Ending, a run id to forget, or None for a line that is not one of the two."""
     if not isinstance(row, list) or not row or not isinstance(row[0], str):
         return None

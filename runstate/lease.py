@@ -87,7 +87,7 @@ def read_lease_at(path: Path | str) -> LeaseView | None:
     return LeaseView(Path(path), raw, loaded.value, loaded.problem, st.st_mtime)
 
 
-def _lstat_mtime(path) -> float:
+def _lstat_mtime(path: str | os.PathLike[str]) -> float:
     try:
         return os.lstat(path).st_mtime
     except OSError:
@@ -107,7 +107,7 @@ def acquire_lease(rdir: Path, *, run_id: str, token: str, holder: str = "tick",
                   job_id: str | None = None, now: float | None = None) -> Lease | None:
     """Create lease.json with O_EXCL. Returns the lease, or None if someone already holds one."""
     now = time.time() if now is None else now
-    lease = Lease(run_id=run_id, token=token, holder=holder, job_id=job_id, acquired_at=now,
+    lease = Lease(run_id=run_id, token=token, holder=holder, job_id=job_id, acquired_at=now,  # type: ignore[arg-type]  # pydantic checks the Literal
                   heartbeat_at=now, host=_HOST, pid=os.getpid())
     path = lease_path(rdir)
     try:
@@ -324,7 +324,7 @@ def tidy_lease_strays(rdir: Path, *, keep_lease: bool, now: float | None = None,
             except FileNotFoundError:
                 continue
             break
-    for _, name, p, _valid in found:
+    for _, _name, p, _valid in found:
         _unlink_quietly(p)
     did.append(f"removed {len(found)} stray lease file(s)")
     fsync_dir(rdir)

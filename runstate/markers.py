@@ -12,6 +12,8 @@ import socket
 import time
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from runstate.errors import StateError
 from runstate.files import Loaded, read_model, write_model_atomic
 from runstate.models import (OUTAGE_COOLDOWN_S, THROTTLE_COOLDOWN_S, DrainMarker, OutageStamp,
@@ -30,14 +32,14 @@ def stamp_outage(campaign: Path, role: str, kind: str, detail: str | None = None
                  cooldown_s: float | None = None) -> OutageStamp:
     """Record that `role` hit an outage or throttle; the cooldown is decided now, at stamp time."""
     now = time.time() if now is None else now
-    stamp = OutageStamp(role=role, kind=kind, detail=detail, stamped_at=now,
+    stamp = OutageStamp(role=role, kind=kind, detail=detail, stamped_at=now,  # type: ignore[arg-type]  # pydantic checks the Literal
                         cooldown_s=COOLDOWNS[kind] if cooldown_s is None else cooldown_s,
                         stamped_by=stamped_by or f"{socket.gethostname()}.{os.getpid()}")
     _write_marker(outage_path(campaign, role), stamp)
     return stamp
 
 
-def _write_marker(path: Path, model) -> None:
+def _write_marker(path: Path, model: BaseModel) -> None:
     """Write a marker; something else in its place (a directory, an unwritable file) is reported
     as a StateError naming the path, never a traceback."""
     if path.is_dir() and not path.is_symlink():

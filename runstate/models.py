@@ -97,7 +97,7 @@ class EndReason(StrEnum):
     review_failed = "review_failed"
     review_rejected = "review_rejected"
     evidence_incomplete = "evidence_incomplete"  # the evaluate phase lacks evidence for `verified`
-    secret_in_bundle = "secret_in_bundle"        # the author's bundle held a secret (now redacted)
+    secret_in_bundle = "secret_in_bundle"  # noqa: S105 - a reason, not a password: the bundle held a secret
 
 
 class RunRecord(Tolerant):

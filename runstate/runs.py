@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING, Any
+
 from pydantic import ValidationError
 
 from runstate.errors import StateError
@@ -18,6 +20,11 @@ from runstate.files import (MAX_RECORD_BYTES, Loaded, append_line, describe_vali
                             open_regular, parse_model_fast, read_fd, read_lines, read_model, write_model_atomic)
 from runstate.models import RUN_ID_RE, Event, RunRecord, validate_run_id
 from runstate.paths import EVENTS_FILE, LEASE_FILE, RUNS_DIR, STATE_FILE, RunPaths  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:
+    from runstate.index import EndedIndex
+
+FileIdent = tuple[int, int, int, int]     # (ino, size, mtime_ns, ctime_ns) of a file read
 
 
 def runs_root(campaign: Path) -> Path:
@@ -108,7 +115,7 @@ def read_record_at(path: str, run_id: str) -> Loaded[RunRecord]:
     return read_record_ident(path, run_id)[0]
 
 
-def read_record_ident(path: str, run_id: str) -> tuple[Loaded[RunRecord], tuple | None]:
+def read_record_ident(path: str, run_id: str) -> tuple[Loaded[RunRecord], FileIdent | None]:
     """The record, and the identity (ino, size, mtime_ns, ctime_ns) of the very file it was read
     from (fstat of the open descriptor, so the two cannot disagree). A symlink, FIFO, device or
     oversized state.json is refused as unreadable (runstate.files.open_regular)."""
@@ -159,11 +166,11 @@ class RunScan:
     index entry a stat(2) confirmed, not read. `index`: the index as loaded, for the tick to update.
     """
     records: dict[str, RunRecord] = field(default_factory=dict)
-    idents: dict[str, tuple] = field(default_factory=dict)
+    idents: dict[str, FileIdent] = field(default_factory=dict)
     corrupt: dict[str, str] = field(default_factory=dict)
-    settled: dict = field(default_factory=dict)             # run id -> runstate.index.Ending
+    settled: dict[str, Any] = field(default_factory=dict)             # run id -> runstate.index.Ending
     stale: list[str] = field(default_factory=list)          # index entries that no longer hold
-    index: object = None                                    # runstate.index.EndedIndex
+    index: EndedIndex | None = None
     started_ns: int = 0
 
     @property
@@ -198,7 +205,8 @@ def scan_runs(campaign: Path, *, use_index: bool = True) -> RunScan:
             scan.corrupt[run_id] = loaded.problem or "unreadable"
         else:
             scan.records[run_id] = loaded.value
-            scan.idents[run_id] = ident
+            if ident is not None:       # always set with a value (read from the open descriptor)
+                scan.idents[run_id] = ident
     if len(scan.settled) + len(scan.stale) < len(entries):       # entries of runs that are gone
         listed = scan.settled.keys() | set(scan.stale)
         scan.stale.extend(rid for rid in entries if rid not in listed)

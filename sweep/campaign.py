@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 from pydantic import ValidationError
@@ -28,7 +29,10 @@ from runstate.models import PIPELINE_ROLES, RunRecord, validate_run_id
 from runstate.paths import CANDIDATE_FILE, RUNS_DIR, STATE_FILE, RunPaths
 from runstate.runs import create_run_dir, load_record, save_record
 from sweep import __version__
-from sweep.models.plan import CampaignFile, FrozenCandidate, Plan
+from sweep.models.plan import CampaignFile, FrozenCandidate, Plan, PlanSettings
+
+if TYPE_CHECKING:
+    from sweep.scheduler.base import Scheduler
 
 CAMPAIGN_FILE = "campaign.toml"
 ENV_CAMPAIGN = "SWEEP_CAMPAIGN"
@@ -106,13 +110,13 @@ def resolve_candidates(plan: Plan, plan_path: Path) -> list[FrozenCandidate]:
             raise ConfigError(f"run id {run_id!r} of candidate {i} collides with candidate {seen[run_id]}",
                               path=plan_path, field=f"candidates.{i}",
                               hint="give one of them an explicit id")
-        key = cand.pr_key()
-        if key in seen_pr:
-            raise ConfigError(f"candidate {i} is the same PR as candidate {seen_pr[key]} ({key})",
+        pr_key = cand.pr_key()
+        if pr_key in seen_pr:
+            raise ConfigError(f"candidate {i} is the same PR as candidate {seen_pr[pr_key]} ({pr_key})",
                               path=plan_path, field=f"candidates.{i}")
         seen[run_id] = i
-        seen_pr[key] = i
-        out.append(FrozenCandidate(run_id=run_id, panel_index=i, pr_key=key, candidate=cand))
+        seen_pr[pr_key] = i
+        out.append(FrozenCandidate(run_id=run_id, panel_index=i, pr_key=pr_key, candidate=cand))
     return out
 
 
@@ -176,7 +180,7 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
                             .hexdigest()[:8], plan_sha256=sha, plan_file=plan_copy.name,
                             created_at=time.time(), sweep_version=__version__,
                             candidate_count=len(frozen),
-                            settings=plan.model_copy(update={}).model_dump(exclude={"candidates"}))
+                            settings=PlanSettings.model_validate(plan.model_dump(exclude={"candidates"})))
     # Rendered (and proven to read back) before anything is created: a plan whose settings TOML
     # cannot hold is refused with nothing written, not after the runs exist.
     campaign_text = _campaign_text(campaign, plan_path)
@@ -373,13 +377,13 @@ class Campaign:
         return cls(campaign_dir, load_campaign(campaign_dir))
 
     @property
-    def settings(self):
+    def settings(self) -> PlanSettings:
         return self.file.settings
 
     def run(self, run_id: str) -> RunPaths:
         return RunPaths(self.dir, run_id)
 
-    def scheduler(self):
+    def scheduler(self) -> Scheduler:
         """The scheduler backend the plan chose, for this campaign's jobs (name prefix filter)."""
         from sweep.scheduler import make_scheduler
         return make_scheduler(self.file.settings.scheduler, self.dir, self.file.job_prefix)

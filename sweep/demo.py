@@ -67,7 +67,7 @@ def run_demo(root: Path, *, echo: Callable[[str], None] = print, timeout_s: floa
     from sweep.tick import run_tick
     raw_echo = echo
 
-    def echo(text: str) -> None:     # progress lines carry hold reasons and tick errors: escaped
+    def echo(text: str) -> None:  # type: ignore[no-redef]  # progress lines carry tick errors: escaped
         raw_echo(textsafe.line(text))
 
     root = Path(root).resolve()

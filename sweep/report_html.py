@@ -14,6 +14,7 @@ import html
 import math
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,7 +155,7 @@ class Axes:
                      f'transform="rotate(-90 14 {PAD_T + (H - PAD_T - PAD_B) / 2:.0f})" text-anchor="middle">'
                      f'{esc(self.y_label)}</text>')
 
-    def svg(self, legend: list[tuple[str, str]] = ()) -> str:
+    def svg(self, legend: Sequence[tuple[str, str]] = ()) -> str:
         items = []
         for i, (label, color) in enumerate(legend):
             lx = PAD_L + 10 + i * 170

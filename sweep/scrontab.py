@@ -13,9 +13,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runstate.errors import ConfigError, SchedulerError
 from sweep.models.plan import CampaignFile
+
+if TYPE_CHECKING:
+    from sweep.campaign import Campaign
 
 CALL_TIMEOUT_S = 30
 
@@ -28,8 +32,8 @@ def schedule(interval_minutes: int) -> str:
     return "* * * * *" if interval_minutes == 1 else f"*/{interval_minutes} * * * *"
 
 
-def render_entry(campaign: CampaignFile, campaign_dir: Path, python: str | None = None) -> str:
-    campaign_dir = Path(campaign_dir).resolve()
+def render_entry(handle: Campaign, python: str | None = None) -> str:
+    campaign, campaign_dir = handle.file, Path(handle.dir).resolve()
     python = python or sys.executable
     for what, value in (("campaign directory", str(campaign_dir)), ("python", python)):
         if "%" in value or "\n" in value:   # cron turns % into a newline
@@ -107,10 +111,10 @@ def _install_text(binary: str, text: str) -> None:
                              f"{(r.stderr or r.stdout).strip()}")
 
 
-def install(campaign: CampaignFile, campaign_dir: Path, binary: str | None = None) -> str:
+def install(handle: Campaign, binary: str | None = None) -> str:
     binary = binary or scrontab_bin()
-    merged = strip_block(current_crontab(binary), campaign)
-    entry = render_entry(campaign, campaign_dir)
+    merged = strip_block(current_crontab(binary), handle.file)
+    entry = render_entry(handle)
     text = (merged + ("\n" if merged else "") + entry)
     _install_text(binary, text)
     return entry

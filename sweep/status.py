@@ -82,7 +82,7 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         if rec.state is RunState.queued:
             reason = rec.hold_reason or waiting_reason.get(run_id) or (
                 f"parked ({rec.parked_role})" if rec.parked_until else "waiting for the next tick")
-            entry = {"run_id": run_id, "reason": reason, "lane": rec.lane}
+            entry: dict[str, object] = {"run_id": run_id, "reason": reason, "lane": rec.lane}
             if rec.submitting_since is not None:
                 entry["submitting_since"] = rec.submitting_since
             held.append(entry)
@@ -289,8 +289,8 @@ def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False
             for h in st["held"]:
                 by_reason.setdefault(h["reason"], []).append(h["run_id"])
             for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:limit]:
-                shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
-                out.append(f"  {len(ids):>6} runs: {reason}  ({shown})")
+                some = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+                out.append(f"  {len(ids):>6} runs: {reason}  ({some})")
     if st["errors"]:
         out.append("errors:")
         for e in st["errors"][:limit]:
@@ -304,7 +304,7 @@ def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False
                        f"attempts {q['attempts']}/{q['max_attempts']}")
         if len(st["queued"]) > limit:
             out.append(f"  ... and {len(st['queued']) - limit} more")
-    shown = ("generated_unverified", "blocked")
+    shown: tuple[str, ...] = ("generated_unverified", "blocked")
     if st.get("show_verified"):
         shown = ("verified", *shown)
     for outcome in shown:

@@ -81,7 +81,8 @@ def test_repeated_parks_for_one_role_count_an_attempt(tmp_path):
         assert "parked 2 times for role author" in failed["detail"]
         # each session reserved the author's cap and was settled at its parsed cost ($0: nothing answered)
         spend = json.loads((run_dir(d, "pr-0") / "spend.json").read_text())
-        assert [(e["reserved_usd"], e["status"], e["actual_usd"]) for e in spend["entries"]] == [(5.0, "settled", 0.0)] * 2
+        entries = [(e["reserved_usd"], e["status"], e["actual_usd"]) for e in spend["entries"]]
+        assert entries == [(5.0, "settled", 0.0)] * 2
     finally:
         fake.close()
 

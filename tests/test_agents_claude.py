@@ -183,3 +183,22 @@ def test_is_sandbox_is_set_only_inside_the_sandbox(tmp_path, fake):
     result, req = run_agent(tmp_path / "bwrap", "reviewer", "claude-code", opts(url), isolation="bwrap")
     assert result.status == "ok" and result.isolation == "bwrap"
     assert "IS_SANDBOX" in json.loads((req.session_dir / "argv.json").read_text())["env_set"]
+
+
+def test_a_kept_session_can_be_resumed(tmp_path, fake):
+    import os
+    import subprocess
+    url = fake.script("solver", Script(steps=[tool_calls([("Bash", {"command": "echo first-session-marker"})]),
+                                              text("stopped here")]))
+    result, req = run_agent(tmp_path, "solver", "claude-code", opts(url))
+    assert result.status == "ok"
+    resume = result.report["resume"]
+    before = len(fake.main_requests("solver"))
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "ANTHROPIC_API_KEY": "sk-ant-fake-resume",
+           "ANTHROPIC_BASE_URL": url, "CLAUDE_CONFIG_DIR": resume["config_dir"], "CLAUDE_CODE_MAX_RETRIES": "0"}
+    done = subprocess.run(["claude", "-p", "--resume", resume["session_id"], "--output-format", "json",
+                           "--tools", "Read"], input=b"go on", env=env, cwd=req.workspace, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    resumed = fake.main_requests("solver")[before]
+    assert "first-session-marker" in json.dumps(resumed["messages"])     # the earlier conversation came back

@@ -155,9 +155,21 @@ def test_codex_watch_stops_on_reconnects_turns_and_cost():
 def test_a_walltime_kill_is_an_outage_only_while_the_cli_retries_the_api():
     busy = ClaudeStream()
     busy.feed_line('{"type":"system","subtype":"init","session_id":"s"}')
-    busy.feed_line('{"type":"user","message":{"content":[{"type":"tool_result","content":"API Error: 503 Service Unavailable"}]}}')
+    busy.feed_line('{"type":"user","message":{"content":[{"type":"tool_result",'
+                   '"content":"API Error: 503 Service Unavailable"}]}}')
     assert classify_stream(busy, Outcome(rc=None, timed_out=True)).failure_class == "failure"
     retrying = ClaudeStream()
     retrying.feed_line('{"type":"system","subtype":"init","session_id":"s"}')
     retrying.feed_line('{"type":"system","subtype":"api_retry","attempt":1,"error_status":"529","error":"overloaded"}')
     assert classify_stream(retrying, Outcome(rc=None, timed_out=True)).failure_class == "throttle"
+
+
+def test_claude_reporting_zero_cost_for_spent_tokens_is_unknown_cost():
+    lines = (FIXTURES / "claude-2.1.197" / "solver_ok.jsonl").read_text()
+    import re
+    lines = re.sub(r'"total_cost_usd":[0-9.e-]+', '"total_cost_usd":0', lines)
+    stream = ClaudeStream()
+    for line in lines.splitlines():
+        stream.feed_line(line)
+    parsed = classify_stream(stream, Outcome(rc=0))
+    assert parsed.ok and parsed.cost_usd is None

@@ -121,5 +121,6 @@ def test_harbor_uses_only_the_provider_contract():
 
 
 def test_shared_utilities_are_stdlib_only():
-    for name in ("sweep.tree", "sweep.proc", "sweep.git", "runstate.atomic"):
-        assert GRAPH[name] <= {"runstate.atomic"}, (name, GRAPH[name])
+    for name in ("sweep.tree", "sweep.proc", "sweep.git", "sweep.registry", "runstate.atomic", "runstate.errors",
+                 "runstate.paths"):
+        assert GRAPH[name] <= {"runstate", "runstate.atomic", "runstate.errors"}, (name, GRAPH[name])

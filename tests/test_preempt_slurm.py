@@ -100,12 +100,13 @@ def test_time_limit_warning_checkpoints_and_the_run_resumes_without_an_attempt(s
     cluster = slurm_preempt_cluster
     env = env_of(cluster)
     marker = f"marker-{uuid.uuid4().hex}"
-    # a 1-minute limit with the warning 50 s before it: SIGUSR1 within ~10-40 s of the start
+    # a 2-minute limit with the warning 100 s before it: slurmctld checks limits every ~30 s, so
+    # SIGUSR1 comes 20-50 s after the start, once the author session is under way
     d = init(tmp_path, controller_plan(tmp_path, hold, marker,
-                                       {"partition": "cpu", "time": "1", "warn_before_end_s": 50}), env)
+                                       {"partition": "cpu", "time": "2", "warn_before_end_s": 100}), env)
     first = start_author(d, env, marker)
     script = (run_dir(d, "pr") / "logs" / f"job-{record(d, 'pr').submit_token}.sbatch").read_text()
-    assert "--signal=B:USR1@50" in script and "--no-requeue" in script
+    assert "--signal=B:USR1@100" in script and "--no-requeue" in script
     # the record is written first, then the event: wait for both
     wait_until("the controller's checkpoint at the warning", lambda: record(d, "pr").state is RunState.queued
                and count(events(d, "pr"), "interrupted"), 120)
@@ -195,11 +196,12 @@ def test_scancel_is_still_an_attempt(slurm_preempt_cluster, tmp_path, hold):
 
 # ---- the tick judges jobs that vanished without a word ----------------------------------------------
 
-def payload_campaign(tmp_path, cluster, n: int, accounting: str, **kw) -> tuple[Path, dict]:
+def payload_campaign(tmp_path, cluster, n: int, accounting: str, partition: str = "scavenger",
+                     **kw) -> tuple[Path, dict]:
     env = env_of(cluster)
     plan = payload_plan(n, backend="slurm", max_parallel=n,
                         scheduler={"accounting": accounting,
-                                   "lanes": {"cpu": {"partition": "scavenger", "time": "10"}, "gpu": GPU_LANE}},
+                                   "lanes": {"cpu": {"partition": partition, "time": "10"}, "gpu": GPU_LANE}},
                         **kw)
     d = init(tmp_path, plan, env)
     (d / "payload.json").write_text(json.dumps({"hang": True}))
@@ -276,6 +278,25 @@ def test_without_accounting_a_failed_node_counts_as_an_attempt_and_status_says_w
     assert "accounting: unavailable" in text and "counts as an attempt" in text, text
     assert json.loads((d / "tick.json").read_text())["accounting"] == "unavailable"
     _cancel_campaign(cluster, d, env)
+
+
+def test_jobcomp_accounting_on_a_cluster_without_a_completion_log_is_unavailable(tmp_path):
+    """`accounting = "jobcomp"` where JobCompType=jobcomp/none: sacct -c says "Slurm job completion
+    is disabled"; the vanished job counts as an attempt at once, and status says why."""
+    from tests.slurm_cluster import remove_cluster_dir, start_throwaway_cluster
+    cluster, cdir = start_throwaway_cluster("sweep-slurm-nojobcomp-", jobcomp=False)
+    try:
+        d, env = payload_campaign(tmp_path, cluster, 1, "jobcomp", partition="cpu")
+        rec = record(d, "pr-000")
+        kill_group_of(rec.submit_token)
+        wait_job_gone(cluster, rec.job_id)
+        sweep("tick", "--campaign", str(d), env=env)
+        after = record(d, "pr-000")
+        assert after.attempts == 1 and "job completion is disabled" in after.last_error, after
+        assert "accounting: unavailable" in sweep("status", "--campaign", str(d), env=env).stdout
+    finally:
+        cluster.stop()
+        remove_cluster_dir(cdir)
 
 
 def test_a_run_preempted_every_time_ends_max_interrupted_with_no_attempt_spent(slurm_preempt_cluster, tmp_path):

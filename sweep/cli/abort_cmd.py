@@ -23,5 +23,6 @@ def abort(run_id: str, campaign: str | None, reason: str | None, wait_s: float) 
     from sweep.operate import abort_run
     d = find_campaign(campaign)
     done = abort_run(d, run_id, reason=reason, wait_s=wait_s)
-    click.echo(done.message)
+    from sweep import textsafe
+    click.echo(textsafe.block(done.message))
     next_step(f"sweep show {run_id} --campaign {d}")

@@ -25,8 +25,9 @@ def doctor(campaign: str | None, no_network: bool) -> None:
     findings = check_agent_runtimes(camp.settings, candidates, reach=not no_network, roles_dir=d / "roles")
     if not findings:
         click.echo("no role of this campaign uses an agent CLI (claude-code, codex): nothing to check")
+    from sweep import textsafe
     for f in findings:
-        click.echo(f"{f.level:5}  {f.where}: {f.message}")
+        click.echo(textsafe.line(f"{f.level:5}  {f.where}: {f.message}"))     # quotes the CLIs' output
     errors = [f for f in findings if f.level == "error"]
     if errors:
         click.echo(f"{len(errors)} error(s): fix them before `sweep tick`", err=True)

@@ -21,5 +21,6 @@ def retry(run_id: str, campaign: str | None, reason: str | None) -> None:
     from sweep.operate import retry_run
     d = find_campaign(campaign)
     done = retry_run(d, run_id, reason=reason)
-    click.echo(done.message)
+    from sweep import textsafe
+    click.echo(textsafe.block(done.message))
     next_step(f"sweep tick --campaign {d}   (admits it), then sweep show {run_id} --campaign {d}")

@@ -20,15 +20,16 @@ def scrontab(campaign: str | None, mode: str, scrontab_bin: str | None) -> None:
     qos, account, time limit, output file) and absolute paths, because Slurm runs it with your
     login environment, not this shell's.
     """
-    from sweep.campaign import find_campaign, load_campaign
+    from sweep.campaign import Campaign, find_campaign
     from sweep import scrontab as sc
     d = find_campaign(campaign)
-    c = load_campaign(d)
+    handle = Campaign.load(d)
+    c = handle.file
     if mode == "print":
-        click.echo(sc.render_entry(c, d), nl=False)
+        click.echo(sc.render_entry(handle), nl=False)
         next_step(f"sweep scrontab --install --campaign {d}")
     elif mode == "install":
-        sc.install(c, d, scrontab_bin)
+        sc.install(handle, scrontab_bin)
         click.echo(f"installed: `sweep tick` for {d} runs {sc.schedule(c.settings.tick.interval_minutes)} "
                    f"as Slurm job {c.tick_job_name}")
         next_step(f"sweep status --campaign {d}   (the last-tick age shows the entry is alive)")

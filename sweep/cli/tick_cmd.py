@@ -24,4 +24,5 @@ def tick(campaign: str | None, quiet: bool, full: bool) -> None:
     from sweep.tick import run_tick
     outcome = run_tick(find_campaign(campaign), full=full)
     if not quiet or (outcome.report and outcome.report.errors):
-        click.echo(outcome.message)
+        from sweep import textsafe
+        click.echo(textsafe.block(outcome.message))     # tick errors may quote files and Slurm

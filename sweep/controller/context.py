@@ -116,7 +116,7 @@ def clear_cooldown_after_success(ctx: Ctx, role: str) -> None:
     stamp = read_outage(ctx.campaign_dir, role)
     if stamp.value is not None and not stamp.value.is_active(time.time()):
         try:
-            stamp.path.unlink()
+            Path(stamp.path).unlink()
             ctx.event("cooldown_cleared", detail=f"{role}: a session succeeded after the cooldown")
         except FileNotFoundError:
             pass

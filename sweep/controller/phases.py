@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from runstate.errors import ConfigError, ProviderError, StateError
 from runstate.files import make_private_dir
@@ -56,7 +57,7 @@ def _limits(ctx: Ctx):
     return ctx.campaign.settings.limits.to_limits()
 
 
-def _roles(ctx: Ctx) -> dict:
+def _roles(ctx: Ctx) -> tuple[dict[str, Any], dict[str, str]]:
     if ctx.roles_cache is None:
         from roles import load_roles_dir, manifest_sha256
         specs = load_roles_dir(ctx.campaign_dir / "roles")
@@ -374,9 +375,9 @@ def gates(ctx: Ctx):
     if not problems:
         provider = _provider(ctx)
         from sweep.harbor import junit
-        rewards = {"reference": [], "empty": []}
-        details = {"reference": [], "empty": []}
-        reports = {"reference": [], "empty": []}      # per-test outcomes of each run (JUnit)
+        rewards: dict[str, list[float]] = {"reference": [], "empty": []}
+        details: dict[str, list[str]] = {"reference": [], "empty": []}
+        reports: dict[str, list[Any]] = {"reference": [], "empty": []}      # per-test outcomes of each run (JUnit)
         for i in range(repeats):
             for kind in ("reference", "empty"):
                 work = fresh_dir(ctx.paths.work / f"gates-r{revision:04d}-{kind}-{i}")
@@ -475,7 +476,8 @@ def solve(ctx: Ctx):
                           timeout_s=TRIAL_TIMEOUT_S, limits=_limits(ctx))
         shutil.rmtree(trial_dir, ignore_errors=True)
         rewards.append({"rollout": k, "reward": trial.reward, "session": "ok", "detail": trial.detail[:200]})
-    evidence = SolveEvidence(bundle_sha256=sha, runtime=opts.runtimes.solver, rollouts=rewards, at=time.time())
+    evidence = SolveEvidence.model_validate({"bundle_sha256": sha, "runtime": opts.runtimes.solver,
+                                             "rollouts": rewards, "at": time.time()})
     write_json(ctx.evidence_path("solve", revision), evidence.to_json())
     return Phase.evaluate, {"bundle_sha256": sha, "rewards": [r["reward"] for r in rewards]}
 

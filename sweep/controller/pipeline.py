@@ -173,10 +173,10 @@ def _run_phases(ctx: Ctx) -> int:
             # a bug or an unforeseen failure: written on the run (type, message, phase) before the
             # job exits, never left for the tick to report as "job vanished"
             import traceback
-            phase = ctx.record.phase.value
-            what = f"unexpected {type(exc).__name__} in phase {phase}: {exc}"
+            phase_name = ctx.record.phase.value
+            what = f"unexpected {type(exc).__name__} in phase {phase_name}: {exc}"
             tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
-            ctx.event("phase_error", phase=phase, detail=truncate(f"{what}\n{tail}", 1800))
+            ctx.event("phase_error", phase=phase_name, detail=truncate(f"{what}\n{tail}", 1800))
             return _fail(ctx, truncate(what, 500))
     except Interrupted:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)     # finish the checkpoint undisturbed

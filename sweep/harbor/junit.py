@@ -117,7 +117,8 @@ def compare_runs(before: list[dict[str, str] | ReportProblem],
     if not after:
         return TestComparison(problem="no reference run")
     before_maps = [run if isinstance(run, dict) else {} for run in before]
-    passing_after = set.intersection(*({t for t, s in run.items() if s == PASSED} for run in after))
+    passing_after = set.intersection(*({t for t, s in run.items() if s == PASSED}
+                                       for run in after if isinstance(run, dict)))
     passed_before_any = set().union(*({t for t, s in run.items() if s == PASSED} for run in before_maps))
     passed_before_all = (set.intersection(*({t for t, s in run.items() if s == PASSED} for run in before_maps))
                          if before_maps else set())

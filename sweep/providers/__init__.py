@@ -6,25 +6,19 @@ folders next to it.
 """
 from __future__ import annotations
 
-import importlib
-
 from runstate.errors import ConfigError
 from sweep.providers.base import ExecResult, ExecSpec, OutputChannel, Provider
+from sweep.registry import Registry
 
-# provider name -> "module:class", imported lazily
-PROVIDERS: dict[str, str] = {
+# provider name -> "module:class", imported lazily (modal and daytona are not implemented yet)
+PROVIDERS = Registry("provider", "provider", {
     "local": "sweep.providers.local:LocalProvider",
-}
+})
 
 
 def get_provider(name: str = "local", **options) -> Provider:
     """A ready provider; unknown names and bad options fail here, before any work starts."""
-    target = PROVIDERS.get(name)
-    if target is None:
-        raise ConfigError(f"unknown provider {name!r}; available: {', '.join(sorted(PROVIDERS))}",
-                          field="provider", hint="modal and daytona are not implemented yet")
-    module_name, cls_name = target.split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
+    cls = PROVIDERS.load(name)
     try:
         return cls(**options)
     except TypeError as exc:

@@ -11,31 +11,25 @@ from an argv template), `claude-code` (the claude CLI) and `codex` (the codex CL
 """
 from __future__ import annotations
 
-import importlib
-
 from roles import RoleSpec
 from runstate.errors import ConfigError
 from sweep.providers import get_provider
+from sweep.registry import Registry
 from sweep.runtimes.base import (FAILURE_CLASSES, STATUSES, RuntimeCapabilities, SessionRequest,
                                  SessionResult, SessionRuntime)
 
 # runtime name -> "module:class", imported lazily
-RUNTIMES: dict[str, str] = {
+RUNTIMES = Registry("session runtime", "runtime", {
     "oracle": "sweep.runtimes.oracle:OracleRuntime",
     "nop": "sweep.runtimes.nop:NopRuntime",
     "command": "sweep.runtimes.command:CommandRuntime",
     "claude-code": "sweep.runtimes.claude_code:ClaudeCodeRuntime",
     "codex": "sweep.runtimes.codex:CodexRuntime",
-}
+})
 
 
 def get_runtime(name: str) -> SessionRuntime:
-    target = RUNTIMES.get(name)
-    if target is None:
-        raise ConfigError(f"unknown session runtime {name!r}; available: {', '.join(sorted(RUNTIMES))}",
-                          field="runtime")
-    module_name, cls_name = target.split(":")
-    return getattr(importlib.import_module(module_name), cls_name)()
+    return RUNTIMES.load(name)()
 
 
 def check_runtime_supports(spec: RoleSpec, runtime_name: str, options: dict | None = None) -> None:

@@ -53,7 +53,7 @@ SUPPORTED_RANGE = ((2, 1, 0), (2, 2, 0))       # [min, max): outside it `sweep d
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 CONFIG_DIR_NAME = "claude-config"
 DEFAULTS = {"max_retries": 2, "request_timeout_s": 300.0, "stall_s": 900.0, "binary": "claude"}
-_OPTION_TYPES = {"model": str, "effort": str, "base_url": str, "max_retries": int,
+_OPTION_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "effort": str, "base_url": str, "max_retries": int,
                  "request_timeout_s": (int, float), "stall_s": (int, float), "binary": str}
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/\[\]-]{0,127}$")
 _URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d+)?(/[A-Za-z0-9._~/-]*)?$")
@@ -332,6 +332,10 @@ def classify_stream(stream: ClaudeStream, outcome) -> Parsed:
     r = stream.result
     turns = r.get("num_turns") if r and isinstance(r.get("num_turns"), int) else None
     cost = _number(r.get("total_cost_usd")) if r else None
+    usage = r.get("usage") if r and isinstance(r.get("usage"), dict) else {}
+    tokens = sum(v for v in usage.values() if isinstance(v, int) and not isinstance(v, bool))
+    if cost == 0 and tokens > 0:
+        cost = None     # tokens were spent, so $0 is not a price: charge the reservation instead
     common = {"turns": turns, "cost_usd": cost, "session_id": stream.session_id}
     said = (_str(r.get("result"), 300) if r else None) or ""
     stopped = getattr(outcome, "stopped", None)

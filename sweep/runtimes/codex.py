@@ -35,6 +35,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runstate.errors import ConfigError
 from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
@@ -46,7 +47,7 @@ SUPPORTED_RANGE = ((0, 171, 0), (0, 172, 0))
 EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
 HOME_NAME = "codex-home"
 DEFAULTS = {"max_retries": 1, "stall_s": 600.0, "binary": "codex"}
-_OPTION_TYPES = {"model": str, "effort": str, "base_url": str, "max_retries": int, "stall_s": (int, float),
+_OPTION_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "effort": str, "base_url": str, "max_retries": int, "stall_s": (int, float),
                  "binary": str, "prices": dict}
 PRICE_KEYS = ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok")
 STEP_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search", "agent_message"}
@@ -144,8 +145,9 @@ class CodexRuntime:
             bad = [k for k, v in prices.items() if k not in PRICE_KEYS or isinstance(v, bool)
                    or not isinstance(v, (int, float)) or not 0 <= v < 10_000]
             if bad or "input_per_mtok" not in prices or "output_per_mtok" not in prices:
-                raise ConfigError(f"prices needs input_per_mtok and output_per_mtok (and optionally "
-                                  f"cached_input_per_mtok), USD per million tokens, each 0-10000", field="runtime_options.prices")
+                raise ConfigError("prices needs input_per_mtok and output_per_mtok (and optionally "
+                                  "cached_input_per_mtok), USD per million tokens, each 0-10000",
+                                  field="runtime_options.prices")
 
     def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
         opts = {**DEFAULTS, **(req.runtime_options or {})}
@@ -305,7 +307,7 @@ def status_in(message: str) -> int | None:
 
 
 def classify_codex(stream: CodexStream, outcome, output) -> Parsed:
-    common = {"turns": stream.steps, "cost_usd": stream.cost_usd, "session_id": stream.thread_id}
+    common: dict[str, Any] = {"turns": stream.steps, "cost_usd": stream.cost_usd, "session_id": stream.thread_id}
     stopped = getattr(outcome, "stopped", None) or ""
     if stopped == "stalled" or stopped.startswith("unreachable"):
         return Parsed(ok=False, failure_class="outage", reason="stalled" if stopped == "stalled" else "unreachable",

@@ -15,6 +15,7 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 AGENT_RUNTIMES = ("claude-code", "codex")
@@ -51,12 +52,12 @@ def _uses(settings, candidates) -> list[tuple[str, str, str, dict]]:
     return out
 
 
-def _module(runtime: str):
+def _module(runtime: str) -> tuple[Any, Any, Any]:
     if runtime == "claude-code":
-        from sweep.runtimes import claude_code as mod
-        return mod, mod.find_binary, mod.install_root
-    from sweep.runtimes import codex as mod
-    return mod, mod.native_binary, mod.package_root
+        from sweep.runtimes import claude_code
+        return claude_code, claude_code.find_binary, claude_code.install_root
+    from sweep.runtimes import codex
+    return codex, codex.native_binary, codex.package_root
 
 
 def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sandbox: bool = True,
@@ -88,9 +89,9 @@ def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sand
         binary = options.get("binary", mod.DEFAULTS["binary"])
         exe = find(binary)
         if exe is None:
+            package = "@anthropic-ai/claude-code" if runtime == "claude-code" else "@openai/codex"
             findings.append(Finding("error", where, f"the {runtime} CLI ({binary!r}) is not installed; "
-                                    f"npm install -g {'@anthropic-ai/claude-code' if runtime == 'claude-code' else '@openai/codex'}"
-                                    f"@{mod.PINNED_VERSION}"))
+                                    f"npm install -g {package}@{mod.PINNED_VERSION}"))
             continue
         version_text, why = _version_in_sandbox(exe, root_of(exe)) if sandbox else _version_on_host(exe)
         if version_text is None:
@@ -130,6 +131,12 @@ def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sand
     return findings
 
 
+def _scratch_base() -> str | None:
+    """Where the probes' private (mkdtemp, 0700) directories go: not /tmp, which the sandbox
+    replaces with its own tmpfs, so a probe workspace there would not exist inside it."""
+    return "/var/tmp" if os.path.isdir("/var/tmp") else None  # noqa: S108 - mkdtemp below it, see docstring
+
+
 def _provider(settings):
     """The local provider as the campaign's sessions will get it (the plan's isolation if it has one)."""
     from sweep.providers.local import ISOLATION_MODES, LocalProvider
@@ -152,7 +159,7 @@ def _argv_check(where: str, spec, manifest: Path, runtime: str, options: dict, s
         port = sock.getsockname()[1]
     dead = f"http://127.0.0.1:{port}" + ("/v1" if runtime == "codex" else "")
     probe_options = {**options, "base_url": dead, "max_retries": 0, "stall_s": 20}
-    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    base = _scratch_base()
     try:
         with tempfile.TemporaryDirectory(prefix="sweep-doctor-", dir=base) as tmp:
             workspace = Path(tmp) / "ws"
@@ -195,7 +202,7 @@ def _version_in_sandbox(exe: str, install_root: Path) -> tuple[str | None, str]:
         provider = LocalProvider(isolation="bwrap")       # sessions run only in the sandbox: check there
     except ProviderError as exc:
         return None, str(exc)
-    with tempfile.TemporaryDirectory(prefix="sweep-doctor-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None) as tmp:
+    with tempfile.TemporaryDirectory(prefix="sweep-doctor-", dir=_scratch_base()) as tmp:
         out, err = Path(tmp) / "out", Path(tmp) / "err"
         result = provider.run(ExecSpec(argv=[exe, "--version"], cwd=Path(tmp), timeout_s=60,
                                        read_paths=(install_root,), network=False, stdout_path=out, stderr_path=err))

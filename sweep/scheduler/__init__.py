@@ -10,18 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sweep.scheduler.base import (JobInfo, JobSpec, QueueSnapshot, Scheduler, check_job_name,
                                   parse_gpu_count)
+
+from sweep.registry import Plugin, Registry
 
 if TYPE_CHECKING:
     from sweep.models.lanes import SchedulerSettings
 
 LOCAL_JOBS_DIR = "local-jobs"   # <campaign>/local-jobs/: the local backend's job records
 
+# backend name -> "module:class", imported only when a campaign asks for that backend
+SCHEDULERS = Registry("scheduler backend", "scheduler.backend", {
+    "local": "sweep.scheduler.local:LocalScheduler",
+    "slurm": "sweep.scheduler.slurm:SlurmScheduler",
+    "pyslurm": Plugin("sweep.scheduler.pyslurm:PyslurmScheduler", extra="pyslurm"),
+})
+
 __all__ = ["JobInfo", "JobSpec", "QueueSnapshot", "Scheduler", "check_job_name", "parse_gpu_count",
-           "make_scheduler", "LOCAL_JOBS_DIR"]
+           "make_scheduler", "LOCAL_JOBS_DIR", "SCHEDULERS"]
 
 
 def make_scheduler(settings: SchedulerSettings, campaign_dir: Path, name_prefix: str, *,
@@ -34,20 +43,17 @@ def make_scheduler(settings: SchedulerSettings, campaign_dir: Path, name_prefix:
     Raises ConfigError when the backend cannot be used here (e.g. pyslurm missing or mismatched).
     """
     backend = settings.backend
+    cls: Any = SCHEDULERS.load(backend)
+    scheduler: Scheduler
     if backend == "local":
-        from sweep.scheduler.local import LocalScheduler
-        return LocalScheduler(Path(campaign_dir) / LOCAL_JOBS_DIR, name_prefix,
-                              cpu_slots=settings.local.cpu_slots, gpu_slots=settings.local.gpu_slots,
-                              call_timeout=settings.call_timeout_seconds, env=env)
-    if backend == "slurm":
-        from sweep.scheduler.slurm import SlurmScheduler
-        return SlurmScheduler(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,
-                              squeue_user=settings.squeue_user, signal=settings.signal, env=env,
-                              accounting=settings.accounting)
-    if backend == "pyslurm":
-        from sweep.scheduler.pyslurm import PyslurmScheduler
-        return PyslurmScheduler(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,
-                                squeue_user=settings.squeue_user, signal=settings.signal, env=env)
-    from runstate.errors import ConfigError
-    raise ConfigError(f"unknown scheduler backend {backend!r}", field="scheduler.backend",
-                      hint="use 'local', 'slurm' or 'pyslurm'")
+        scheduler = cls(Path(campaign_dir) / LOCAL_JOBS_DIR, name_prefix,
+                        cpu_slots=settings.local.cpu_slots, gpu_slots=settings.local.gpu_slots,
+                        call_timeout=settings.call_timeout_seconds, env=env)
+    elif backend == "slurm":
+        scheduler = cls(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,
+                        squeue_user=settings.squeue_user, signal=settings.signal, env=env,
+                        accounting=settings.accounting)
+    else:   # pyslurm
+        scheduler = cls(name_prefix, settings.lanes, call_timeout=settings.call_timeout_seconds,
+                        squeue_user=settings.squeue_user, signal=settings.signal, env=env)
+    return scheduler

@@ -13,10 +13,15 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, NoReturn
 
 from runstate.files import write_model_atomic
 from runstate.models import RunState, TickReport
 from sweep.campaign import Campaign
+
+if TYPE_CHECKING:
+    from sweep.scheduler.base import Scheduler
 
 TICK_FILE = "tick.json"
 LOCK_FILE = "tick.lock"
@@ -29,7 +34,7 @@ class TickOutcome:
     message: str
 
 
-def run_tick(campaign_dir: Path, *, scheduler=None, full: bool = False) -> TickOutcome:
+def run_tick(campaign_dir: Path, *, scheduler: Scheduler | None = None, full: bool = False) -> TickOutcome:
     from filelock import FileLock, Timeout
 
     campaign = Campaign.load(campaign_dir)             # unusable campaign -> ConfigError, exit != 0
@@ -55,11 +60,11 @@ def run_tick(campaign_dir: Path, *, scheduler=None, full: bool = False) -> TickO
     return TickOutcome(True, report, summarize(report))
 
 
-def _overran(signum, frame):  # pragma: no cover - exercised by a subprocess test
+def _overran(signum: int, frame: FrameType | None) -> NoReturn:  # pragma: no cover - exercised by a subprocess test
     raise SystemExit("sweep tick: exceeded tick.max_runtime_s; exiting so the next tick can run")
 
 
-def _tick(campaign: Campaign, scheduler, full: bool = False) -> TickReport:
+def _tick(campaign: Campaign, scheduler: Scheduler, full: bool = False) -> TickReport:
     from sweep.tick.act import Actor
     from sweep.tick.observe import observe, remember_endings
     from sweep.tick.plan import PlanSettings, plan_tick
@@ -81,7 +86,8 @@ def _tick(campaign: Campaign, scheduler, full: bool = False) -> TickReport:
     counts: dict[str, int] = {}
     for view in snap.runs.values():
         rec = view.record
-        key = rec.state.value if rec.state is not RunState.ended else f"ended:{rec.outcome.value}"
+        ended_as = rec.outcome.value if rec.outcome is not None else "?"     # ended: always set (invariant)
+        key = rec.state.value if rec.state is not RunState.ended else f"ended:{ended_as}"
         counts[key] = counts.get(key, 0) + 1
     scan = meta["scan"]
     for ending in scan.settled.values():

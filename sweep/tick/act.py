@@ -25,6 +25,7 @@ from __future__ import annotations
 import secrets
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from runstate.errors import SchedulerError, SubmissionUncertain, SweepError
 from runstate.files import read_model, write_model_atomic
@@ -36,6 +37,10 @@ from runstate.runs import append_event, load_record, run_dir, save_record
 from sweep.campaign import Campaign
 from sweep.tick.plan import (Adopt, Admit, CancelGhost, EndRun, GiveUpSubmission, Interrupt, NoteGhosts,
                              ReapLease, Requeue, SetHold, Wait)
+
+if TYPE_CHECKING:
+    from sweep.scheduler.base import Scheduler
+    from sweep.tick.plan import Action, Snapshot
 
 GHOSTS_FILE = "ghosts.json"
 LANE_BACKOFF_FILE = "lane-backoff.json"
@@ -54,7 +59,7 @@ def read_ghosts(campaign_dir: Path) -> GhostsFile:
 
 def next_backoff(failures: int, base_s: float, max_s: float) -> float:
     """Seconds a lane waits after its `failures`-th refusal in a row: base, 2 base, 4 base, ... <= max."""
-    return min(max_s, base_s * (2 ** max(0, min(failures, 40) - 1)))
+    return float(min(max_s, base_s * (2 ** max(0, min(failures, 40) - 1))))
 
 
 def controller_argv(campaign: Campaign, run_id: str, token: str) -> list[str]:
@@ -66,22 +71,22 @@ def controller_argv(campaign: Campaign, run_id: str, token: str) -> list[str]:
 
 
 class Actor:
-    def __init__(self, campaign: Campaign, scheduler, lanes: dict[str, LaneBackoff] | None = None):
+    def __init__(self, campaign: Campaign, scheduler: Scheduler, lanes: dict[str, LaneBackoff] | None = None):
         self.handle = campaign
         self.dir = campaign.dir
         self.campaign = campaign.file
         self.scheduler = scheduler
-        self.done: list[dict] = []
+        self.done: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.waiting: dict[str, list[str]] = {}        # reason -> runs
-        self.ghosts: list[dict] = []
+        self.ghosts: list[dict[str, Any]] = []
         self.lanes: dict[str, LaneBackoff] = dict(lanes or {})
         self._lanes_changed = False
         self._refused_lanes: dict[str, str] = {}       # lane -> message, refused during this tick
         self._ghosts_to_cancel: list[CancelGhost] = []
         self._ghost_memory: GhostsFile | None = None
 
-    def _fresh(self, action) -> RunRecord | None:
+    def _fresh(self, action: Any) -> RunRecord | None:
         rec = load_record(run_dir(self.dir, action.run_id)).value
         if rec is None or rec != action.expected:
             self.done.append({"kind": "skipped", "run_id": action.run_id,
@@ -89,10 +94,10 @@ class Actor:
             return None
         return rec
 
-    def _event(self, run_id: str, kind: str, **kw) -> None:
+    def _event(self, run_id: str, kind: str, **kw: Any) -> None:
         append_event(run_dir(self.dir, run_id), Event(run_id=run_id, kind=kind, by="tick", **kw))
 
-    def apply(self, action) -> None:
+    def apply(self, action: Action) -> None:
         try:
             getattr(self, f"_do_{action.kind}")(action)
         except SweepError as exc:
@@ -295,7 +300,7 @@ class Actor:
             self._lanes_changed = True
 
     # -- after the actions ---------------------------------------------------------------------
-    def finish(self, snap) -> None:
+    def finish(self, snap: Snapshot) -> None:
         """One scancel for the ghosts, the tick's memory files, and lease strays of recent runs."""
         if self._ghosts_to_cancel:
             self._cancel_ghosts()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from runstate.files import read_model
 from runstate.lease import read_lease_at
@@ -24,6 +25,10 @@ from runstate.paths import SPEND_FILE
 from runstate.runs import RunScan, runs_root, scan_runs
 from sweep.tick.plan import QueueJob, RunView, Snapshot
 
+if TYPE_CHECKING:
+    from runstate.index import Ending
+    from sweep.scheduler.base import EndStates, Scheduler
+
 
 
 def read_committed(rdir: Path) -> float:
@@ -31,7 +36,7 @@ def read_committed(rdir: Path) -> float:
     return loaded.value.committed_usd if loaded.value is not None else 0.0
 
 
-def observe(campaign_dir: Path, scheduler, *, full: bool = False) -> tuple[Snapshot, dict]:
+def observe(campaign_dir: Path, scheduler: Scheduler, *, full: bool = False) -> tuple[Snapshot, dict[str, Any]]:
     queue = scheduler.queue()
     now = time.time()
     jobs = {jid: QueueJob(jid, info.name, info.gpus) for jid, info in queue.jobs.items()} if queue.known else {}
@@ -69,7 +74,7 @@ def observe(campaign_dir: Path, scheduler, *, full: bool = False) -> tuple[Snaps
     return snap, meta
 
 
-def vanished_jobs(queue_known: bool, jobs: dict, runs: dict[str, RunView]) -> list[str]:
+def vanished_jobs(queue_known: bool, jobs: dict[str, QueueJob], runs: dict[str, RunView]) -> list[str]:
     """Job ids of active runs missing from a KNOWN queue with no cause recorded by their controller:
     the jobs the planner can only judge with the scheduler's word on how they ended."""
     if not queue_known:
@@ -84,7 +89,7 @@ def vanished_jobs(queue_known: bool, jobs: dict, runs: dict[str, RunView]) -> li
     return out
 
 
-def ask_end_states(scheduler, job_ids: list[str]):
+def ask_end_states(scheduler: Scheduler, job_ids: list[str]) -> EndStates:
     """The second, bounded observe step: ONE end-state call for all vanished jobs, only if any."""
     from sweep.scheduler.base import EndStates
     if not job_ids:
@@ -93,12 +98,13 @@ def ask_end_states(scheduler, job_ids: list[str]):
     if ask is None:
         return EndStates.unavailable(f"the {getattr(scheduler, 'name', '?')} backend records no end states")
     try:
-        return ask(job_ids)
+        answer: EndStates = ask(job_ids)
+        return answer
     except Exception as exc:   # an unanswered question, never a crashed tick
         return EndStates(asked=True, known=False, error=f"{type(exc).__name__}: {exc}")
 
 
-def accounting_word(ended) -> str:
+def accounting_word(ended: EndStates) -> str:
     if not ended.asked:
         return "not_asked"
     if not ended.available:
@@ -106,7 +112,7 @@ def accounting_word(ended) -> str:
     return "known" if ended.known else "unknown"
 
 
-def new_endings(scan: RunScan, snap: Snapshot) -> list:
+def new_endings(scan: RunScan, snap: Snapshot) -> list[Ending]:
     """Endings read from files this tick that can be indexed: the run ended, holds no lease, its
     controller job is absent from a queue read successfully before the files (so nothing alive can
     write to it or re-create its lease), it ended more than STRAY_WINDOW_S ago (until then the
@@ -126,7 +132,8 @@ def new_endings(scan: RunScan, snap: Snapshot) -> list:
             continue
         if (rec.job_id is not None and rec.job_id in snap.queue) or snap.now - rec.updated <= STRAY_WINDOW_S:
             continue
-        out.append(Ending(run_id, ident, rec.outcome.value, rec.reason, float(rec.spent_usd), rec.lane))
+        outcome = rec.outcome.value if rec.outcome is not None else ""   # ended: always set (invariant)
+        out.append(Ending(run_id, ident, outcome, rec.reason, float(rec.spent_usd), rec.lane))
     return out
 
 
@@ -138,7 +145,7 @@ def remember_endings(campaign_dir: Path, scan: RunScan, snap: Snapshot, *, full:
     from runstate.index import append_index, write_index
     new = new_endings(scan, snap)
     try:
-        if full or scan.index.needs_rewrite or len(scan.stale) > 1000:
+        if full or scan.index is None or scan.index.needs_rewrite or len(scan.stale) > 1000:
             entries = dict(scan.settled)
             entries.update((e.run_id, e) for e in new)
             write_index(campaign_dir, entries)

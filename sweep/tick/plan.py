@@ -336,12 +336,12 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                 # the controller died without a terminal write
                 busy.add(run_id)
                 committed += view.committed_usd
-                verdict, cause, why = judge_vanished(rec, lease, snap, cfg)
-                if verdict == "wait":
+                fate, cause, why = judge_vanished(rec, lease, snap, cfg)
+                if fate == "wait":
                     hold_slot(rec)     # its job may have been the last thing holding this slot
                     waits.append(Wait(run_id, why))    # shown in tick.json and `sweep status`
                     continue
-                if verdict == "interrupt":
+                if fate == "interrupt":
                     if rec.interruptions + 1 >= rec.max_interruptions:
                         actions.append(EndRun(run_id, rec, lease, Outcome.blocked, EndReason.max_interrupted,
                                               f"{why}; interruption {rec.interruptions + 1} of "
@@ -392,20 +392,20 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
             hold_slot(rec)          # unknown holder: keep its slot until judged
             continue
         ls = lease.lease
-        job = snap.queue.get(ls.job_id) if ls.job_id else jobs_by_token.get(ls.token)
-        if snap.queue_known and job is not None and job.job_id != rec.job_id:
+        holder_job = snap.queue.get(ls.job_id) if ls.job_id else jobs_by_token.get(ls.token)
+        if snap.queue_known and holder_job is not None and holder_job.job_id != rec.job_id:
             # submitted, but the tick that submitted it died before recording it: adopt
-            actions.append(Adopt(run_id, rec, job.job_id, ls.token, hand_over=ls.job_id is None))
+            actions.append(Adopt(run_id, rec, holder_job.job_id, ls.token, hand_over=ls.job_id is None))
             hold_slot(rec)
             committed += rec.allocation_usd or 0.0
             continue
-        if snap.queue_known and job is not None:
+        if snap.queue_known and holder_job is not None:
             # the job wrote this queued record itself (drain/park) and is on its way out
-            waits.append(Wait(run_id, f"controller job {job.job_id} is finishing"))
+            waits.append(Wait(run_id, f"controller job {holder_job.job_id} is finishing"))
             hold_slot(rec)
             continue
         uncertain = rec.submitting_since is not None and rec.submit_token == ls.token
-        if snap.queue_known and job is None:
+        if snap.queue_known and holder_job is None:
             if ls.job_id is None:
                 since = max(ls.last_seen, rec.submitting_since or 0.0)
                 bound = max(cfg.submit_grace_s, cfg.uncertain_submit_s) if uncertain else cfg.submit_grace_s
@@ -511,7 +511,7 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
 
         if hold is None and wait is None:
             canary = None
-            if stamp is not None:            # cooldown passed but not yet cleared by a success
+            if stamp is not None and role is not None:   # cooldown passed but not yet cleared by a success
                 if canaries_active.get(role, 0) or role in canary_taken:
                     hold = f"waiting for the {role} canary after its cooldown"
                 else:

@@ -10,7 +10,7 @@ Invariants, checked after every tick and at the end of every round:
 - no two controllers act for one run (events of two jobs of a run never overlap in time);
 - no finished phase repeated (a `phase_done` twice without a `repair` between);
 - spend never above the cap plus recorded overruns;
-- with the queue UNKNOWN, nothing judged dead (no requeue, max_attempted, give-up or ghost cancel);
+- with the queue UNKNOWN, nothing judged dead (no requeue, interruption, max_attempted, give-up or ghost cancel);
 - live jobs (squeue) never above max_parallel / max_gpu_parallel, ghosts included;
 - at the end: every run ended, or visibly corrupt / held with a reason; no lease, no lease stray,
   no live job of the campaign.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 LIVE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
-UNKNOWN_FORBIDDEN = ("requeue", "give_up", "cancel_ghost")
+UNKNOWN_FORBIDDEN = ("requeue", "interrupt", "give_up", "cancel_ghost")
 
 
 @dataclass
@@ -349,7 +349,7 @@ class Chaos:
                         self.violation(f"{rid}: phase {e.get('phase')} done twice (no repair between)")
                     done.add(e.get("phase"))
             ordered = sorted(spans.items(), key=lambda kv: kv[1][0])
-            for (a, sa), (b, sb) in zip(ordered, ordered[1:]):
+            for (a, sa), (b, sb) in zip(ordered, ordered[1:], strict=False):
                 if sb[0] < sa[1]:
                     self.violation(f"{rid}: controllers {a} and {b} acted at the same time "
                                    f"({sa[0]:.2f}-{sa[1]:.2f} vs {sb[0]:.2f}-{sb[1]:.2f})")
@@ -413,7 +413,7 @@ class Chaos:
         actions = [(self.tick, 2), (self.kill_tick, 7), (self.kill_controller, 4), (self.scancel, 1.5),
                    (self.stall_ctld, 0.7), (self.restart_ctld, 0.3), (self.corrupt, 1.5),
                    (self.stamp_outage, 0.4), (self.drain, 0.2), (self.undrain, 0.5)]
-        fns, weights = zip(*actions)
+        fns, weights = zip(*actions, strict=True)
         self.log(f"round {self.fig.rounds}: campaign {self.campaign} ({self.n_runs} runs), seed {self.seed}")
         while faults < self.round_faults and self.fig.kills < self.kills_wanted and not self.out_of_time():
             fn = self.rng.choices(fns, weights=weights)[0]

@@ -23,6 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from sweep.proc import signal_group
 from sweep.redact import Redactor   # every spelling of a secret (base64, hex, split), see sweep/redact.py
@@ -149,7 +150,7 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
     the child runs and a reason it returns stops the child (a bound was exceeded)."""
     redactor = Redactor(secrets)
     started = time.monotonic()
-    stdin = subprocess.DEVNULL
+    stdin: int | BinaryIO = subprocess.DEVNULL
     try:
         if stdin_path is not None:
             stdin = open(stdin_path, "rb")
@@ -158,7 +159,7 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
                                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
                                     pass_fds=pass_fds, preexec_fn=preexec_fn)
         finally:
-            if stdin is not subprocess.DEVNULL:
+            if not isinstance(stdin, int):
                 stdin.close()
     except OSError as exc:
         for path in (stdout_path, stderr_path):

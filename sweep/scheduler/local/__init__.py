@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 __all__ = ["LocalScheduler"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name == "LocalScheduler":
         from sweep.scheduler.local.scheduler import LocalScheduler
         return LocalScheduler

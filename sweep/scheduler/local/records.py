@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -77,7 +78,7 @@ class StateDir:
         return self.jobs / f"{job_id}.json"
 
     @contextmanager
-    def locked(self, timeout: float):
+    def locked(self, timeout: float) -> Iterator[None]:
         """Hold the state dir's lock (flock) for at most `timeout` seconds of waiting."""
         fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 from pathlib import Path
 
 from runstate.errors import SchedulerError
@@ -297,7 +298,7 @@ def _job_info(record: JobRecord) -> JobInfo:
                    gres=f"gpu:{record.gpus}" if record.gpus else "", gpus=record.gpus)
 
 
-def _spawn(argv: list[str], **kwargs) -> subprocess.Popen:
+def _spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     """Start the launcher detached: own session (own process group), stdin from /dev/null."""
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True,
                             close_fds=True, **kwargs)
@@ -313,7 +314,7 @@ def _open_log(path: Path) -> int:
 def _read_until_eof(fd: int, timeout: float) -> str | None:
     """Everything written to `fd` until EOF; None if EOF did not come within `timeout`."""
     deadline = time.monotonic() + timeout
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -333,6 +334,8 @@ def _owns_group(record: JobRecord) -> bool:
     some group's id). A pid now held by another process means the group is not ours to kill."""
     if is_alive(record):
         return True
+    if record.pid is None:
+        return False
     started = process_start_time(record.pid)
     return started is None and bool(group_members(record.pid))
 

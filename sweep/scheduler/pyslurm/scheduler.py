@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from runstate.errors import ConfigError
 from sweep.models.lanes import LanesSettings
@@ -46,7 +47,7 @@ def check_versions(pyslurm_version: str, slurm_version: str) -> None:
             hint="install the pyslurm release built for this Slurm, or set backend = \"slurm\"")
 
 
-def _import_pyslurm():
+def _import_pyslurm() -> Any:
     try:
         import pyslurm  # noqa: PLC0415 - optional, heavy, C-bound: imported only here
     except ImportError as exc:
@@ -57,7 +58,7 @@ def _import_pyslurm():
     return pyslurm
 
 
-def pyslurm_version(module) -> str:
+def pyslurm_version(module: Any) -> str:
     version = getattr(module, "__version__", None)
     if not version:
         from importlib.metadata import PackageNotFoundError, version as dist_version
@@ -102,11 +103,11 @@ class PyslurmScheduler(SlurmScheduler):
         if "error" in result:
             return QueueSnapshot.unknown(str(result["error"]))
         try:
-            return QueueSnapshot.of(self._job_infos(result["jobs"]))
+            return QueueSnapshot.of(self._job_infos(result["jobs"]))  # type: ignore[arg-type]  # pyslurm is untyped
         except Exception as exc:
             return QueueSnapshot.unknown(f"pyslurm returned jobs sweep cannot read: {exc}")
 
-    def _job_infos(self, jobs) -> list[JobInfo]:
+    def _job_infos(self, jobs: Iterable[Any]) -> list[JobInfo]:
         uid = os.getuid()
         infos = []
         for job in jobs:
@@ -122,7 +123,7 @@ class PyslurmScheduler(SlurmScheduler):
         return infos
 
 
-def _gres_text(gres) -> str:
+def _gres_text(gres: object) -> str:
     if not gres:
         return ""
     if isinstance(gres, dict):
@@ -130,7 +131,7 @@ def _gres_text(gres) -> str:
     return str(gres)
 
 
-def _gpu_count(gres) -> int:
+def _gpu_count(gres: object) -> int:
     """GPUs in pyslurm's gres dict: {"gpu": 2}, {"gpu:a100": 2} or {"gpu": {"a100": 2}}."""
     if not isinstance(gres, dict):
         return 0

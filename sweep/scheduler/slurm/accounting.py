@@ -26,7 +26,8 @@ from sweep.scheduler.base import EndStates
 from sweep.scheduler.slurm.client import SlurmCallFailed, client_env, run_client
 
 _JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
-_DISABLED = "accounting storage is disabled"
+# what sacct says on a site that keeps no record of ended jobs (plain sacct / sacct -c)
+_DISABLED = ("accounting storage is disabled", "job completion is disabled")
 SCONTROL_TIMEOUT_S = 3.0     # inside the test cluster's KillWait (5 s), far inside Slurm's default 30 s
 
 
@@ -64,7 +65,7 @@ def end_states(job_ids: Iterable[str], *, source: str = "sacct", env: Mapping[st
     try:
         out = run_client(sacct_argv(ids, source), env=client_env(env), timeout=timeout)
     except SlurmCallFailed as exc:
-        if _DISABLED in str(exc):
+        if any(text in str(exc) for text in _DISABLED):
             return EndStates.unavailable(f"this cluster keeps no job accounting ({exc})")
         return EndStates(asked=True, known=False, error=str(exc))
     return EndStates(asked=True, known=True, states=parse_sacct(out, ids))

@@ -7,6 +7,8 @@ ever reads is the job script, whose variable parts are validated and quoted (see
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 import pwd
 import re
@@ -26,6 +28,9 @@ _JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
 # sbatch expands %j, %x, ... in -o/-e paths and a backslash disables that; either would send the
 # controller's logs somewhere other than the run directory.
 _UNSAFE_PATH_CHARS = ("%", "\\", "\n", "\r", "\0")
+
+if TYPE_CHECKING:
+    from sweep.scheduler.base import EndStates
 
 
 class SlurmScheduler:
@@ -128,7 +133,7 @@ class SlurmScheduler:
         return {"cpu": None, "gpu": None}   # the site decides; sweep does not count its GPUs
 
     # -- end states (accounting.py) -------------------------------------------------------------
-    def end_states(self, job_ids: Iterable[str]):
+    def end_states(self, job_ids: Iterable[str]) -> EndStates:
         """How vanished jobs ended: ONE bounded sacct call (see accounting.py)."""
         from sweep.scheduler.slurm.accounting import end_states
         return end_states(job_ids, source=self.accounting, env=self._env, timeout=self.call_timeout)

@@ -20,7 +20,7 @@ from sweep.models.evidence import (Checkpoints, GatesEvidence, ReviewEvidence, S
                                    read_evidence)
 from sweep.controller.context import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, fresh_dir,
                                       write_json)
-from sweep.providers.audit import copy_tree
+from sweep.tree import copy_tree
 
 TRIAL_TIMEOUT_S = 900
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from runstate.errors import SweepError
 from sweep.harbor import layout
 from sweep.harbor.bundle import validate_bundle
-from sweep.providers.audit import UnsafeTree, copy_tree
 from sweep.providers.base import DEFAULT_LIMITS, ExecSpec, Limits, Provider
+from sweep.tree import UnsafeTree, copy_tree
 
 DETAIL_LIMIT = 500
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

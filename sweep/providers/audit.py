@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from roles.scope import scope_could_contain, scope_matches
-from runstate.errors import SweepError
-from sweep.tree import walk_tree
+from sweep.tree import UnsafeTree, check_tree, copy_tree, data_segments, walk_tree  # noqa: F401 - re-exported
 
 CHUNK = 1 << 20
 
@@ -48,25 +47,6 @@ class Change:
     kind: str          # the kind after (created/changed) or before (deleted)
 
 
-class UnsafeTree(SweepError):
-    """A workspace holds what sweep refuses to copy or hash: a FIFO, a device, a socket, or more
-    bytes than the bound allows. The message names the path."""
-
-
-def _data_segments(fd: int, size: int):
-    """(offset, length) of the data in a file, holes skipped (SEEK_DATA/SEEK_HOLE); the whole file
-    as one segment where the filesystem does not report holes."""
-    offset = 0
-    while offset < size:
-        try:
-            start = os.lseek(fd, offset, os.SEEK_DATA)
-        except OSError:
-            return             # ENXIO: no data after offset (a trailing hole)
-        end = os.lseek(fd, start, os.SEEK_HOLE)
-        yield start, end - start
-        offset = end
-
-
 def _hash_file(src: Path, copy_to: Path | None, *, want_hash: bool = True) -> str:
     """sha256 of a file's content, copying it to `copy_to` on the way. A sparse file is read and
     copied segment by segment, its holes neither read nor written (a 10 GiB sparse file costs what
@@ -88,7 +68,7 @@ def _hash_file(src: Path, copy_to: Path | None, *, want_hash: bool = True) -> st
         sparse = st.st_blocks * 512 < st.st_size
         if sparse:
             h.update(b"sparse\0%d\0" % st.st_size)
-        for start, length in (_data_segments(fd, st.st_size) if sparse else [(0, st.st_size)]):
+        for start, length in (data_segments(fd, st.st_size) if sparse else [(0, st.st_size)]):
             if sparse:
                 h.update(b"%d:%d\0" % (start, length))
             os.lseek(fd, start, os.SEEK_SET)
@@ -114,46 +94,6 @@ def _hash_file(src: Path, copy_to: Path | None, *, want_hash: bool = True) -> st
     if copy_to is not None:
         shutil.copystat(src, copy_to)
     return ("sparse:" if sparse else "") + h.hexdigest()
-
-
-def check_tree(root: Path, *, max_bytes: int | None = None) -> None:
-    """Refuse a tree sweep would have to copy or hash: FIFOs, devices, sockets (UnsafeTree names the
-    first), or a total apparent size above `max_bytes` (a sparse file counts at its full size:
-    that is what a reader of it would get)."""
-    total = 0
-    for rel, st in walk_tree(root):
-        mode = st.st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
-            raise UnsafeTree(f"{rel!r} is {kind}; sweep copies only files, directories and symlinks",
-                             path=Path(root) / rel)
-        if stat.S_ISREG(mode):
-            total += st.st_size
-            if max_bytes is not None and total > max_bytes:
-                raise UnsafeTree(f"more than {max_bytes} bytes (apparent size; {rel!r} brings it to {total})",
-                                 path=Path(root))
-
-
-def copy_tree(src: Path, dst: Path, *, max_bytes: int | None = None) -> None:
-    """Copy a workspace tree: files (sparse stay sparse), directories, symlinks as links (never
-    followed). Refuses, before writing anything, what `check_tree` refuses."""
-    src, dst = Path(src), Path(dst)
-    check_tree(src, max_bytes=max_bytes)
-    dst.mkdir(parents=True, exist_ok=True)
-    for rel, st in walk_tree(src):
-        target = dst / rel
-        if stat.S_ISDIR(st.st_mode):
-            target.mkdir(exist_ok=True)
-        elif stat.S_ISLNK(st.st_mode):
-            os.symlink(os.readlink(src / rel), target)
-        elif stat.S_ISREG(st.st_mode):
-            if _hash_file(src / rel, target, want_hash=False).startswith(("unreadable", "not-a-file")):
-                raise UnsafeTree(f"{rel!r} could not be read or changed kind while being copied", path=src / rel)
-    for rel, st in walk_tree(src):   # directory modes last: a read-only directory must be filled first
-        if stat.S_ISDIR(st.st_mode):
-            os.chmod(dst / rel, stat.S_IMODE(st.st_mode))
-    shutil.copystat(src, dst)
 
 
 def _state(path: Path, st: os.stat_result, copy_to: Path | None) -> PathState:

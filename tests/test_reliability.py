@@ -150,3 +150,24 @@ def test_permissions_after_the_demo_are_exactly_as_docs_state_md_says(tmp_path):
     campaign_dir = tmp_path / "demo" / "campaign"
     assert campaign_dir.is_dir()
     assert _modes(campaign_dir) == []
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"repo": "/var/tmp/sweep-no-such-repo"}, "candidates.1.repo", "does not exist"),
+    ({"head": "no-such-branch"}, "candidates.1.head", "'no-such-branch' is not a commit"),
+    ({"base": "deadbeef"}, "candidates.1.base", "'deadbeef' is not a commit"),
+])
+def test_init_checks_local_repositories_and_refs_and_names_them(tmp_path, change, field, words):
+    plan = payload_plan(3)
+    plan["candidates"][1].update(change)
+    r = sweep("init", str(write_plan(tmp_path / "p.json", plan)), "--campaign", str(tmp_path / "c"), check=False)
+    assert r.returncode == 2 and field in r.stderr and words in r.stderr, r.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_init_refuses_a_directory_that_is_not_a_git_repository(tmp_path):
+    plan = payload_plan(1)
+    (tmp_path / "plain").mkdir()
+    plan["candidates"][0]["repo"] = str(tmp_path / "plain")
+    r = sweep("init", str(write_plan(tmp_path / "p.json", plan)), "--campaign", str(tmp_path / "c"), check=False)
+    assert r.returncode == 2 and "not a git repository" in r.stderr and "candidates.0.repo" in r.stderr, r.stderr

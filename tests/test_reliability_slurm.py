@@ -308,3 +308,24 @@ def test_init_warns_when_slurm_cannot_be_asked_or_the_timeout_is_below_message_t
     assert "call_timeout_seconds" in r.stderr and "MessageTimeout (10 s)" in r.stderr, r.stderr
     r = _init_result(tmp_path / "x", plan, UNREACHABLE) if (tmp_path / "x").mkdir() is None else None
     assert r.returncode == 0 and "could not ask Slurm" in r.stderr, r.stderr
+
+
+def test_permissions_after_a_slurm_run_are_exactly_as_docs_state_md_says(slurm_cluster, tmp_path):
+    from sweep.harbor.samples import make_pr_repo
+    from tests.fakes.runs import candidate, local_plan
+    from tests.test_reliability import _modes
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    plan = local_plan([candidate("pr-0", src)], scheduler={"backend": "slurm", "lanes": LANES})
+    d = tmp_path / "c"
+    sweep("init", str(write_plan(tmp_path / "p.json", plan)), "--campaign", str(d), env=env)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        sweep("tick", "--campaign", str(d), env=env)
+        if load_record(run_dir(d, "pr-0")).value.state is RunState.ended:
+            break
+        time.sleep(1)
+    rec = load_record(run_dir(d, "pr-0")).value
+    assert rec.state is RunState.ended and rec.outcome.value == "verified", rec
+    assert (run_dir(d, "pr-0") / "task" / "tests" / "test.sh").exists()
+    assert _modes(d) == []

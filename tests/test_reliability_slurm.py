@@ -329,3 +329,15 @@ def test_permissions_after_a_slurm_run_are_exactly_as_docs_state_md_says(slurm_c
     assert rec.state is RunState.ended and rec.outcome.value == "verified", rec
     assert (run_dir(d, "pr-0") / "task" / "tests" / "test.sh").exists()
     assert _modes(d) == []
+
+
+def test_doctor_checks_the_lanes_against_the_cluster(slurm_cluster, tmp_path):
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    lanes = {"cpu": {"partition": "cpu"}, "gpu": {"partition": "gpu", "gpu_type": "h100"}}
+    plan = payload_plan(2, gpus={1: 1}, backend="slurm", scheduler={"lanes": lanes})
+    d = _init(tmp_path, plan, UNREACHABLE)          # made where Slurm could not be asked
+    r = sweep("doctor", "--no-network", "--campaign", str(d), env=env, check=False)
+    assert r.returncode == 1 and "scheduler.lanes.gpu.partition" in r.stdout and "h100" in r.stdout, r.stdout
+    d2 = _init(tmp_path, payload_plan(1, backend="slurm", scheduler={"lanes": LANES}), env, name="ok")
+    r = sweep("doctor", "--no-network", "--campaign", str(d2), env=env, check=False)
+    assert r.returncode == 0 and "lanes match" in r.stdout, (r.stdout, r.stderr)

@@ -52,12 +52,13 @@ def doctor(campaign: str | None, no_network: bool) -> None:
 
 def _candidates(d):
     from runstate.files import read_model
+    from runstate.paths import RunPaths
     from sweep.models.plan import FrozenCandidate
     out = []
     runs = d / "runs"
     if runs.is_dir():
         for rdir in sorted(runs.iterdir()):
-            fc = read_model(rdir / "candidate.json", FrozenCandidate).value
+            fc = read_model(RunPaths.at(rdir).candidate, FrozenCandidate).value
             if fc is not None:
                 out.append(fc.candidate)
     return out

@@ -12,9 +12,12 @@ a walltime enforced from outside the sandbox, and no secret in any file the prov
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
+
+from runstate.errors import ProviderError
 
 
 @dataclass(frozen=True)
@@ -87,3 +90,24 @@ class Provider(Protocol):
     def open_output_channel(self, host_path: Path) -> OutputChannel: ...
 
     def close_output_channel(self, channel: OutputChannel) -> None: ...
+
+
+def read_secret(name: str, path: Path | FromEnv) -> str:
+    """A secret's value from its file (trailing newline dropped). The message names the file only.
+
+    Here, with the contract, so a runtime that needs a secret's value (to redact it) never imports
+    a concrete provider."""
+    if isinstance(path, FromEnv):
+        value = os.environ.get(path.name, "")
+        if not value:
+            raise ProviderError(f"the secret for {name} comes from the environment variable {path.name}, "
+                                "which is not set", field="secrets")
+        return value
+    try:
+        value = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProviderError(f"cannot read the secret for {name}: {exc.strerror or exc}", path=path) from None
+    value = value.rstrip("\r\n")
+    if not value:
+        raise ProviderError(f"the secret file for {name} is empty", path=path)
+    return value

@@ -32,8 +32,7 @@ from runstate.errors import ConfigError
 from runstate.files import make_private_dir, write_atomic
 from sweep.providers import audit
 from sweep.providers.base import ExecResult, ExecSpec
-from sweep.providers.base import FromEnv
-from sweep.providers.local import read_secret
+from sweep.providers.base import FromEnv, read_secret
 from sweep.redact import Redactor
 from sweep.runtimes.base import Parsed, SessionFiles, SessionRequest, SessionResult, sane_cost, sane_turns
 from sweep.credentials import passthrough_for

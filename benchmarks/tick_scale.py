@@ -228,6 +228,12 @@ def sample_repo(workdir: Path) -> Path:
 
 
 def write_plan(path: Path, n: int, repo: Path) -> Path:
+    # `sweep init` checks that every candidate's refs exist: one branch per candidate, packed
+    sha = subprocess.run(["git", "rev-parse", "main"], cwd=repo, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    subprocess.run(["git", "update-ref", "--stdin"], cwd=repo, check=True, capture_output=True,
+                   input="".join(f"update refs/heads/fix-{i} {sha}\n" for i in range(n)).encode())
+    subprocess.run(["git", "pack-refs", "--all"], cwd=repo, check=True, capture_output=True)
     cands = []
     for i in range(n):
         c = {"id": f"pr-{i:06d}", "repo": str(repo), "base": "main", "head": f"fix-{i}",

@@ -11,6 +11,8 @@ import time
 from enum import Enum, StrEnum
 from typing import Any, Literal
 
+from typing_extensions import TypedDict
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runstate.errors import StateError
@@ -268,6 +270,14 @@ class Event(Tolerant):
         return truncate(v, 2000)
 
 
+class TickAction(TypedDict):
+    """One thing a tick did (tick.json's `actions`): a plain JSON object on disk, typed here."""
+
+    kind: str          # admit, adopt, requeue, interrupt, end, reap, hold, give_up, skipped, ...
+    run_id: str
+    detail: str
+
+
 class TickReport(Tolerant):
     """tick.json: what the last tick saw and did."""
 
@@ -282,7 +292,7 @@ class TickReport(Tolerant):
     runs_read: int = 0                  # runs whose state.json this tick read
     runs_indexed: int = 0               # ended runs the ended-runs index vouched for (not read)
     corrupt: list[str] = Field(default_factory=list)
-    actions: list[dict[str, Any]] = Field(default_factory=list)
+    actions: list[TickAction] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
     draining: bool = False
     counts: dict[str, int] = Field(default_factory=dict)

@@ -191,7 +191,11 @@ def scan_runs(campaign: Path, *, use_index: bool = True) -> RunScan:
     index = load_index(campaign) if use_index else EndedIndex(problem="not used (full read)")
     scan.index = index
     entries = index.entries
-    for run_id in iter_run_ids(campaign):
+    symlinks: list[str] = []
+    ids = iter_run_ids(campaign, symlinks)
+    for run_id in symlinks:                # reported, never followed (as list_runs and show do)
+        scan.corrupt[run_id] = SYMLINKED_RUN
+    for run_id in ids:
         ending = entries.get(run_id)
         if ending is not None:
             if still_true(root, ending):

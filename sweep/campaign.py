@@ -14,7 +14,7 @@ import json
 import os
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -141,6 +141,68 @@ class InitResult:
     campaign: CampaignFile
     created: bool
     runs_written: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_local_sources(frozen: list[FrozenCandidate], plan_path: Path) -> None:
+    """Every local repository exists and is a git repository, and every base/head names a commit
+    in it: one `git cat-file --batch-check` per repository, whatever the number of candidates.
+    A missing one is an error naming the candidate's field and the ref, before any run exists
+    (otherwise each run would burn a job to end intake_failed)."""
+    import subprocess
+
+    from sweep.git import git_env
+    by_repo: dict[str, list[tuple[int, str, str]]] = {}
+    for fc in frozen:
+        c = fc.candidate
+        if c.url or not c.repo:
+            continue
+        by_repo.setdefault(c.repo, []).extend([(fc.panel_index, "base", c.base), (fc.panel_index, "head", c.head)])
+    for repo, refs in by_repo.items():
+        i = refs[0][0]
+        path = Path(repo)
+        if not path.is_dir():
+            raise ConfigError(f"repository {repo} does not exist", path=plan_path, field=f"candidates.{i}.repo")
+        query = "".join(f"{ref}^{{commit}}\n" for _, _, ref in refs).encode()
+        try:
+            r = subprocess.run(["git", "-C", repo, "cat-file", "--batch-check"], input=query,
+                               capture_output=True, timeout=120, env=git_env())
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ConfigError(f"cannot read repository {repo}: {exc}", path=plan_path,
+                              field=f"candidates.{i}.repo") from None
+        if r.returncode != 0:
+            raise ConfigError(f"{repo} is not a git repository: "
+                              f"{r.stderr.decode(errors='replace').strip()[:200]}", path=plan_path,
+                              field=f"candidates.{i}.repo")
+        answers = r.stdout.decode(errors="replace").splitlines()
+        for (idx, which, ref), answer in zip(refs, answers):
+            if answer.endswith(" missing") or " commit " not in f" {answer} ":
+                raise ConfigError(f"{which} {ref!r} is not a commit in {repo}", path=plan_path,
+                                  field=f"candidates.{idx}.{which}")
+
+
+def preflight_scheduler(plan: Plan, frozen: list[FrozenCandidate], plan_path: Path) -> list[str]:
+    """GPU candidates need a GPU lane; on Slurm, lanes against the cluster (one sinfo, one scontrol).
+    Errors raise ConfigError naming the field; what could not be checked comes back as warnings."""
+    sched = plan.scheduler
+    gpu = [fc for fc in frozen if fc.candidate.options.gpus > 0]
+    if sched.backend == "local":
+        return []
+    if gpu and "gpu" not in sched.lanes.model_fields_set:
+        fc = gpu[0]
+        raise ConfigError(f"candidate {fc.run_id} needs {fc.candidate.options.gpus} GPU(s) but the plan "
+                          "configures no GPU lane", path=plan_path,
+                          field=f"candidates.{fc.panel_index}.options.gpus",
+                          hint="add [scheduler.lanes.gpu] with the partition that has your GPUs (docs/slurm.md)")
+    from sweep.scheduler.slurm.preflight import ask_cluster, check_lanes, check_message_timeout
+    facts = ask_cluster(timeout=min(20.0, sched.call_timeout_seconds))
+    warnings = []
+    for f in check_lanes(sched, bool(gpu), max((fc.candidate.options.gpus for fc in gpu), default=0), facts) \
+            + check_message_timeout(sched.call_timeout_seconds, facts):
+        if f.level == "error":
+            raise ConfigError(f.message, path=plan_path, field=f.field)
+        warnings.append(f"{f.field}: {f.message}")
+    return warnings
 
 
 def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
@@ -151,6 +213,8 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
                           hint="give --campaign a new directory")
     plan = load_plan(plan_path)
     frozen = resolve_candidates(plan, plan_path)
+    check_local_sources(frozen, plan_path)
+    warnings = preflight_scheduler(plan, frozen, plan_path)
     sha = plan_sha256(plan)
     if plan.secrets:      # paths frozen absolute, each file checked (0600, yours) before anything is written
         from sweep.credentials import resolve_plan_secrets
@@ -170,7 +234,7 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
                               "a campaign's plan is frozen", path=existing,
                               hint="use a new --campaign directory for the changed plan")
         written = _write_runs(campaign_dir, plan, frozen)    # completes a crashed init, else no-op
-        return InitResult(current, False, written)
+        return InitResult(current, False, written, warnings)
     if campaign_dir.exists() and any(p.name not in {"roles", "runs", "plan.toml", "plan.json"}
                                      for p in campaign_dir.iterdir()):
         raise ConfigError("directory is not empty and is not a sweep campaign", path=campaign_dir,
@@ -190,7 +254,7 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
     write_atomic(plan_copy, plan_path.read_bytes())
     _sync_filesystem(campaign_dir)       # every run durable before campaign.toml says they exist
     write_atomic(campaign_dir / CAMPAIGN_FILE, campaign_text)
-    return InitResult(campaign, True, written)
+    return InitResult(campaign, True, written, warnings)
 
 
 def _copy_roles(campaign_dir: Path) -> None:

@@ -36,6 +36,7 @@ import orjson
 from runstate.errors import ConfigError
 from runstate.files import read_bytes, write_atomic
 from runstate.models import Outcome, RunState
+from runstate.paths import RunPaths
 from runstate.runs import list_runs, run_dir
 
 FORMAT = "harbor"
@@ -77,14 +78,14 @@ def _load_json(path: Path) -> dict:
 
 
 def _latest(rdir: Path, kind: str) -> dict:
-    files = sorted((rdir / "evidence").glob(f"{kind}-r*.json"))
+    files = sorted(RunPaths.at(rdir).evidence.glob(f"{kind}-r*.json"))
     return _load_json(files[-1]) if files else {}
 
 
 def _roles(rdir: Path) -> dict:
     """role -> {runtime, manifest_sha256} of the last session of each role."""
     out: dict = {}
-    sessions = rdir / "sessions"
+    sessions = RunPaths.at(rdir).sessions
     if not sessions.is_dir():
         return out
     for sdir in sorted(p for p in sessions.iterdir() if p.is_dir()):
@@ -213,7 +214,7 @@ def tree_digest(root: Path) -> str:
 def _build_task(rdir: Path, dest: Path, *, campaign, rec, base_image: str) -> None:
     from sweep.campaign import load_candidate
     from sweep.tomlw import dumps
-    bundle = rdir / "task"
+    bundle = RunPaths.at(rdir).task
     shutil.copytree(bundle, dest, symlinks=True)
     for rel in ("task.toml", "environment/Dockerfile"):
         (dest / rel).unlink(missing_ok=True)
@@ -225,7 +226,7 @@ def _build_task(rdir: Path, dest: Path, *, campaign, rec, base_image: str) -> No
     test_argv = argv_file.read_text(errors="replace").splitlines() if argv_file.is_file() else []
     (dest / "environment" / "Dockerfile").write_text(dockerfile(bundle / "environment" / "repo", test_argv, base_image))
     doc = _toml_doc(task_name=f"sweep-{campaign.campaign_id}/{rec.run_id}", run_id=rec.run_id, campaign=campaign,
-                    rec=rec, cand=load_candidate(rdir), source=_load_json(rdir / "source.json"),
+                    rec=rec, cand=load_candidate(rdir), source=_load_json(RunPaths.at(rdir).source),
                     gates_ev=_latest(rdir, "gates"), review_ev=_latest(rdir, "review"), solve_ev=_latest(rdir, "solve"),
                     roles=_roles(rdir), bundle_toml=bundle_toml, verified=rec.outcome is Outcome.verified,
                     base_image=base_image)
@@ -297,10 +298,10 @@ def export_campaign(campaign_dir: Path, out: Path, *, include_unverified: bool =
         if not wanted:
             continue
         rdir = run_dir(campaign_dir, run_id)
-        if not (rdir / "task").is_dir():
+        if not RunPaths.at(rdir).task.is_dir():
             report.skipped.append(f"{run_id}: no task bundle")
             continue
-        problems = validate_bundle(rdir / "task")
+        problems = validate_bundle(RunPaths.at(rdir).task)
         if problems:
             report.skipped.append(f"{run_id}: invalid bundle: {problems[0]}")
             continue

@@ -28,6 +28,7 @@ from pathlib import Path
 from runstate.errors import ConfigError, SweepError
 from runstate.lease import acquire_lease, read_lease, reap_lease, release_lease
 from runstate.models import Event, Outcome, Phase, RunRecord, RunState, truncate, validate_run_id
+from runstate.paths import RunPaths
 from runstate.runs import append_event, load_record, run_dir, save_record
 
 LOCK_FILE = "tick.lock"
@@ -87,7 +88,7 @@ def _load(campaign_dir: Path, run_id: str) -> tuple[Path, RunRecord]:
         raise ConfigError(f"no run {run_id!r} in this campaign", path=campaign_dir)
     if loaded.value is None:
         raise Refused(f"state.json of {run_id} is unreadable ({loaded.problem}); fix or remove it first",
-                      path=rdir / "state.json")
+                      path=RunPaths.at(rdir).state)
     return rdir, loaded.value
 
 

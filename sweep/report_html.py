@@ -22,6 +22,7 @@ import orjson
 
 from runstate.files import read_bytes
 from runstate.models import RunState
+from runstate.paths import RunPaths
 from runstate.runs import list_runs, read_events, run_dir
 
 COLORS = {"verified": "#2e7d32", "generated_unverified": "#f9a825", "blocked": "#c62828",
@@ -61,7 +62,7 @@ def collect(campaign_dir: Path, now: float | None = None) -> Data:
     stamps: list[float] = []
     for run_id, rec in listing.records.items():
         rdir = run_dir(campaign_dir, run_id)
-        cand = _json(rdir / "candidate.json").get("candidate", {})
+        cand = _json(RunPaths.at(rdir).candidate).get("candidate", {})
         data.runs[run_id] = {"state": rec.state.value, "outcome": rec.outcome.value if rec.outcome else None,
                              "reason": rec.reason, "lane": rec.lane, "spent": rec.spent_usd,
                              "title": cand.get("title") if isinstance(cand, dict) else None}
@@ -87,7 +88,7 @@ def collect(campaign_dir: Path, now: float | None = None) -> Data:
         if rec.state is RunState.ended and rec.outcome is not None:
             data.endings.append((last_end if last_end is not None else rec.updated, rec.outcome.value, run_id))
             stamps.append(last_end if last_end is not None else rec.updated)
-        ledger = _json(rdir / "spend.json")
+        ledger = _json(RunPaths.at(rdir).spend)
         for entry in ledger.get("entries", []) if isinstance(ledger.get("entries"), list) else []:
             if not isinstance(entry, dict) or not isinstance(entry.get("at"), (int, float)):
                 continue

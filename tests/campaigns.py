@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -12,14 +13,35 @@ REPO = Path(__file__).resolve().parents[1]
 PAYLOAD = REPO / "tests" / "payload_controller.py"
 
 
+def payload_repo(n: int) -> str:
+    """A real git repository with `main` and branches fix-0 .. fix-(n-1) (init checks that every
+    candidate's repository and refs exist). One per test process, refs added as needed."""
+    root = Path(tempfile.gettempdir()) / f"sweep-payload-repo-{os.getpid()}"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    if not (root / ".git").exists():
+        root.mkdir(parents=True, exist_ok=True)
+        for cmd in (["git", "init", "-q", "-b", "main"],
+                    ["git", "commit", "-q", "--allow-empty", "-m", "payload base"]):
+            subprocess.run(cmd, cwd=root, env=env, check=True, capture_output=True)
+    sha = subprocess.run(["git", "rev-parse", "main"], cwd=root, env=env, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    updates = "".join(f"update refs/heads/fix-{i} {sha}\n" for i in range(n))
+    if updates:
+        subprocess.run(["git", "update-ref", "--stdin"], cwd=root, env=env, check=True,
+                       capture_output=True, input=updates.encode())
+    return str(root)
+
+
 def payload_plan(n: int, *, gpus: dict[int, int] | None = None, backend: str = "local",
                  target: int = 100, max_parallel: int = 2, max_gpu_parallel: int = 2,
                  max_attempts: int = 3, extra: dict | None = None, scheduler: dict | None = None,
                  tick: dict | None = None) -> dict:
     gpus = gpus or {}
+    repo = payload_repo(n)
     cands = []
     for i in range(n):
-        c = {"id": f"pr-{i:03d}", "repo": "/nonexistent/repo", "base": "main", "head": f"fix-{i}"}
+        c = {"id": f"pr-{i:03d}", "repo": repo, "base": "main", "head": f"fix-{i}"}
         if gpus.get(i):
             c["options"] = {"gpus": gpus[i]}
         cands.append(c)

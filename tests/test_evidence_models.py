@@ -83,3 +83,14 @@ def test_source_json_of_an_older_sweep_reads_and_a_malformed_one_is_redone(tmp_p
     bad["evidence_sha256"] = evidence_sha256(bad)          # checksum holds, shape does not
     write(tmp_path / "source.json", bad)
     assert load_source(tmp_path) is None
+
+
+def test_tick_json_actions_read_through_their_type(tmp_path):
+    from runstate.files import read_model
+    from runstate.models import TickReport
+    base = {"started_at": 1.0, "finished_at": 2.0, "duration_s": 1.0, "squeue_known": True}
+    good = write(tmp_path / "tick.json", {**base, "actions": [{"kind": "admit", "run_id": "r1", "detail": "job 7"}]})
+    assert read_model(good, TickReport).value.actions[0]["kind"] == "admit"
+    bad = write(tmp_path / "bad.json", {**base, "actions": [{"kind": "admit", "detail": "job 7"}]})
+    loaded = read_model(bad, TickReport)
+    assert loaded.value is None and "actions.0.run_id" in loaded.problem

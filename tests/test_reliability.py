@@ -150,3 +150,102 @@ def test_permissions_after_the_demo_are_exactly_as_docs_state_md_says(tmp_path):
     campaign_dir = tmp_path / "demo" / "campaign"
     assert campaign_dir.is_dir()
     assert _modes(campaign_dir) == []
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"repo": "/var/tmp/sweep-no-such-repo"}, "candidates.1.repo", "does not exist"),
+    ({"head": "no-such-branch"}, "candidates.1.head", "'no-such-branch' is not a commit"),
+    ({"base": "deadbeef"}, "candidates.1.base", "'deadbeef' is not a commit"),
+])
+def test_init_checks_local_repositories_and_refs_and_names_them(tmp_path, change, field, words):
+    plan = payload_plan(3)
+    plan["candidates"][1].update(change)
+    r = sweep("init", str(write_plan(tmp_path / "p.json", plan)), "--campaign", str(tmp_path / "c"), check=False)
+    assert r.returncode == 2 and field in r.stderr and words in r.stderr, r.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_init_refuses_a_directory_that_is_not_a_git_repository(tmp_path):
+    plan = payload_plan(1)
+    (tmp_path / "plain").mkdir()
+    plan["candidates"][0]["repo"] = str(tmp_path / "plain")
+    r = sweep("init", str(write_plan(tmp_path / "p.json", plan)), "--campaign", str(tmp_path / "c"), check=False)
+    assert r.returncode == 2 and "not a git repository" in r.stderr and "candidates.0.repo" in r.stderr, r.stderr
+
+
+def _events(d, run_id):
+    out = []
+    for line in (run_dir(d, run_id) / "events.jsonl").read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def test_an_unexpected_exception_in_a_phase_is_written_on_the_run(tmp_path):
+    """roles/author.toml replaced by a directory: reading it fails inside the author phase, a
+    failure no phase expects. It must reach the run (type, message, phase), not vanish with the job."""
+    from sweep.harbor.samples import make_pr_repo
+    from tests.fakes.runs import candidate, local_plan
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    plan = local_plan([candidate("pr-0", src)], max_attempts=2)
+    d = tmp_path / "c"
+    sweep("init", str(write_plan(tmp_path / "p.json", plan)), "--campaign", str(d))
+    (d / "roles" / "author.toml").unlink()
+    (d / "roles" / "author.toml").mkdir()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        sweep("tick", "--campaign", str(d))
+        errors = [e for e in _events(d, "pr-0") if e["kind"] == "phase_error"]
+        if errors:
+            break
+        time.sleep(0.5)
+    assert errors, _events(d, "pr-0")
+    e = errors[0]
+    assert e["phase"] == "author" and "Is a directory" in e["detail"] and "author.toml" in e["detail"], e
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rec = load_record(run_dir(d, "pr-0")).value
+        if rec.state is not RunState.active:
+            break
+        time.sleep(0.3)
+    # written on the run: as the failed attempt's error, or in the ending once attempts ran out
+    said = [rec.last_error or ""] + [e.get("detail") or "" for e in _events(d, "pr-0")
+                                     if e["kind"] in ("attempt_failed", "ended")]
+    assert any("in phase author" in t and "Is a directory" in t for t in said), (rec, said)
+    assert rec.attempts >= 1 or rec.reason == "max_attempted"
+
+
+def test_a_tree_git_cannot_unpack_safely_ends_the_run_without_retrying(tmp_path):
+    """A base tree with a link pointing out of the tree: the same on every attempt, so a
+    permanent refusal (blocked: intake_failed at once), never retried as transient."""
+    from sweep.harbor.samples import make_pr_repo
+    from tests.fakes.runs import candidate, local_plan
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    repo = src["repo"]
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e.invalid"}
+
+    def git(*args):
+        return subprocess.run(["git", "-C", repo, *args], env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+    git("checkout", "-q", src["base"])
+    os.symlink("/etc/passwd", os.path.join(repo, "evil"))
+    git("add", "evil")
+    git("commit", "-q", "-m", "a link out of the tree")
+    base = git("rev-parse", "HEAD")
+    git("cherry-pick", f"{src['base']}..{src['head']}")
+    head = git("rev-parse", "HEAD")
+    plan = local_plan([candidate("pr-0", {**src, "base": base, "head": head})], max_attempts=3)
+    d = tmp_path / "c"
+    sweep("init", str(write_plan(tmp_path / "p.json", plan)), "--campaign", str(d))
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        sweep("tick", "--campaign", str(d))
+        rec = load_record(run_dir(d, "pr-0")).value
+        if rec.state is RunState.ended:
+            break
+        time.sleep(0.5)
+    assert rec.state is RunState.ended and rec.reason == "intake_failed", rec
+    assert rec.attempts == 0 and "unsafe" in (rec.last_error or str(_events(d, "pr-0")))

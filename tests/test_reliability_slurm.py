@@ -32,6 +32,11 @@ def _init(tmp_path, plan, env, name="camp"):
     return d
 
 
+# init on a machine that cannot reach Slurm: the lanes are not checked (a warning), so a lane the
+# cluster refuses reaches sbatch, which is what the failing-lane tests need
+UNREACHABLE = {"SLURM_CONF": "/nonexistent/slurm.conf"}
+
+
 def _live(cluster, prefix):
     out = cluster.run("squeue", "--me", "-h", "-o", "%i|%j|%T").stdout
     rows = [line.split("|") for line in out.splitlines() if line]
@@ -224,7 +229,7 @@ def test_a_failing_lane_backs_off_while_the_other_lane_keeps_admitting(slurm_clu
     lanes = {"cpu": {"partition": "no-such-partition"}, "gpu": {"partition": "gpu", "time": "10"}}
     plan = payload_plan(5, gpus={3: 1, 4: 1}, backend="slurm", max_parallel=3,
                         scheduler={"lanes": lanes}, tick={"lane_backoff_s": 10, "lane_backoff_max_s": 60})
-    d = _init(tmp_path, plan, env)
+    d = _init(tmp_path, plan, UNREACHABLE)
     (d / "payload.json").write_text(json.dumps({"hang": True}))
     c = load_campaign(d)
     try:
@@ -273,3 +278,66 @@ def test_every_queued_run_has_a_reason_with_max_gpu_parallel_zero(slurm_cluster,
         assert reasons["pr-002"].startswith("draining"), reasons
     finally:
         _cancel_all(slurm_cluster, c.job_prefix)
+
+
+def _init_result(tmp_path, plan, env):
+    path = write_plan(tmp_path / "p.json", plan)
+    return sweep("init", str(path), "--campaign", str(tmp_path / "c"), env=env, check=False)
+
+
+@pytest.mark.parametrize("lanes, gpus, field, words", [
+    ({"cpu": {"partition": "no-such-partition"}, "gpu": {"partition": "gpu"}}, {},
+     "scheduler.lanes.cpu.partition", "no partition 'no-such-partition'"),
+    ({"cpu": {"partition": "cpu"}, "gpu": {"partition": "gpu", "gpu_type": "h100"}}, {0: 1},
+     "scheduler.lanes.gpu.partition", "GPU of type 'h100'"),
+    ({"cpu": {"partition": "cpu"}, "gpu": {"partition": "gpu"}}, {0: 8},
+     "scheduler.lanes.gpu.partition", "needs 8 GPUs"),
+    ({"cpu": {"partition": "cpu"}}, {1: 2}, "candidates.1.options.gpus", "configures no GPU lane"),
+])
+def test_init_checks_the_lanes_against_the_cluster(slurm_cluster, tmp_path, lanes, gpus, field, words):
+    plan = payload_plan(2, gpus=gpus, backend="slurm", scheduler={"lanes": lanes})
+    r = _init_result(tmp_path, plan, {"SLURM_CONF": str(slurm_cluster.conf)})
+    assert r.returncode == 2 and field in r.stderr and words in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "c" / "campaign.toml").exists()
+
+
+def test_init_warns_when_slurm_cannot_be_asked_or_the_timeout_is_below_message_timeout(slurm_cluster, tmp_path):
+    plan = payload_plan(1, backend="slurm", scheduler={"lanes": LANES, "call_timeout_seconds": 5})
+    r = _init_result(tmp_path, plan, {"SLURM_CONF": str(slurm_cluster.conf)})
+    assert r.returncode == 0, r.stderr
+    assert "call_timeout_seconds" in r.stderr and "MessageTimeout (10 s)" in r.stderr, r.stderr
+    r = _init_result(tmp_path / "x", plan, UNREACHABLE) if (tmp_path / "x").mkdir() is None else None
+    assert r.returncode == 0 and "could not ask Slurm" in r.stderr, r.stderr
+
+
+def test_permissions_after_a_slurm_run_are_exactly_as_docs_state_md_says(slurm_cluster, tmp_path):
+    from sweep.harbor.samples import make_pr_repo
+    from tests.fakes.runs import candidate, local_plan
+    from tests.test_reliability import _modes
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    plan = local_plan([candidate("pr-0", src)], scheduler={"backend": "slurm", "lanes": LANES})
+    d = tmp_path / "c"
+    sweep("init", str(write_plan(tmp_path / "p.json", plan)), "--campaign", str(d), env=env)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        sweep("tick", "--campaign", str(d), env=env)
+        if load_record(run_dir(d, "pr-0")).value.state is RunState.ended:
+            break
+        time.sleep(1)
+    rec = load_record(run_dir(d, "pr-0")).value
+    assert rec.state is RunState.ended and rec.outcome.value == "verified", rec
+    assert (run_dir(d, "pr-0") / "task" / "tests" / "test.sh").exists()
+    assert _modes(d) == []
+
+
+def test_doctor_checks_the_lanes_against_the_cluster(slurm_cluster, tmp_path):
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    lanes = {"cpu": {"partition": "cpu"}, "gpu": {"partition": "gpu", "gpu_type": "h100"}}
+    plan = payload_plan(2, gpus={1: 1}, backend="slurm", scheduler={"lanes": lanes})
+    d = _init(tmp_path, plan, UNREACHABLE)          # made where Slurm could not be asked
+    r = sweep("doctor", "--no-network", "--campaign", str(d), env=env, check=False)
+    assert r.returncode == 1 and "scheduler.lanes.gpu.partition" in r.stdout and "h100" in r.stdout, r.stdout
+    d2 = _init(tmp_path, payload_plan(1, backend="slurm", scheduler={"lanes": LANES}), env, name="ok")
+    r = sweep("doctor", "--no-network", "--campaign", str(d2), env=env, check=False)
+    assert r.returncode == 0 and "lanes match" in r.stdout, (r.stdout, r.stderr)

@@ -154,7 +154,9 @@ def test_scrontab_install_merges_is_idempotent_and_shows_the_cron_job(slurm_clus
 def test_a_failed_sbatch_releases_the_lease_and_is_shown(slurm_cluster, tmp_path):
     env = {"SLURM_CONF": str(slurm_cluster.conf)}
     lanes = {"cpu": {"partition": "no-such-partition"}, "gpu": {"partition": "gpu"}}
-    d = _init(tmp_path, payload_plan(1, backend="slurm", scheduler={"lanes": lanes}), env)
+    # init where Slurm cannot be asked (it would refuse the lane up front): the tick meets the refusal
+    d = _init(tmp_path, payload_plan(1, backend="slurm", scheduler={"lanes": lanes}),
+              {"SLURM_CONF": "/nonexistent/slurm.conf"})
     out = sweep("tick", "--campaign", str(d), env=env).stdout
     assert "sbatch failed" in out
     rdir = run_dir(d, "pr-000")

@@ -34,6 +34,8 @@ def init(plan: str, campaign: str) -> None:
     from sweep.campaign import init_campaign
     result = init_campaign(Path(plan), Path(campaign))
     c = result.campaign
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     where = Path(campaign).resolve()
     if result.created:
         click.echo(f"created campaign {c.settings.name} ({c.campaign_id}) at {where}: "

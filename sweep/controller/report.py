@@ -29,7 +29,7 @@ def write_report(ctx, rec, detail: str) -> None:
         lines.append(f"- repairs: {cps['repair'].get('count')} (last after {cps['repair'].get('after')})")
     lines += ["", "## Spend", f"- committed {rec.spent_usd:.4f} USD of allocation "
               f"{'unlimited' if rec.allocation_usd is None else f'{rec.allocation_usd:.2f} USD'}",
-              "", f"Attempts: {rec.attempts + 1} of at most {rec.max_attempts}. "
+              "", f"Attempts: {rec.attempts}/{rec.max_attempts} (failed attempts, as `sweep show` counts them). "
               f"Interruptions (preemption, time limit, node failure; not attempts): {rec.interruptions}"
               + (f" ({', '.join(f'{c} {n}' for c, n in sorted(rec.interrupted_by.items()))})"
                  if rec.interrupted_by else "") + ". "

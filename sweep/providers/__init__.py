@@ -1,18 +1,26 @@
 """Where commands run: one folder per provider behind the contract in `base.py`.
 
 `get_provider(name, **options)` imports the provider's module only when asked, so `sweep status`
-never pays for (or needs) a cloud SDK. Only `local` exists today; `modal` and `daytona` will be
-folders next to it.
+never pays for (or needs) a cloud SDK. `local` runs one command; `daytona` is a remote sandbox
+behind the lifecycle contract (`get_sandbox_provider`); `modal` will be a folder next to it.
 """
 from __future__ import annotations
 
 from runstate.errors import ConfigError
 from sweep.providers.base import ExecResult, ExecSpec, OutputChannel, Provider
-from sweep.registry import Registry
+from sweep.registry import Plugin, Registry
 
-# provider name -> "module:class", imported lazily (modal and daytona are not implemented yet)
+# provider name -> "module:class", imported lazily. These run one command (ExecSpec): what the
+# controller's sessions and gates use today, so a plan's `provider` must name one of these.
 PROVIDERS = Registry("provider", "provider", {
     "local": "sweep.providers.local:LocalProvider",
+})
+
+# Remote sandboxes behind the lifecycle contract (base.SandboxProvider): create, upload, exec,
+# download, terminate, list by tags. Used by `sweep reconcile`; the controller does not drive them
+# yet (docs/providers.md). A missing SDK is a ConfigError naming the extra.
+SANDBOX_PROVIDERS = Registry("sandbox provider", "provider", {
+    "daytona": Plugin("sweep.providers.daytona:DaytonaProvider", extra="daytona"),
 })
 
 
@@ -25,4 +33,13 @@ def get_provider(name: str = "local", **options) -> Provider:
         raise ConfigError(f"bad options for provider {name!r}: {exc}", field="provider") from None
 
 
-__all__ = ["get_provider", "Provider", "ExecSpec", "ExecResult", "OutputChannel", "PROVIDERS"]
+def get_sandbox_provider(name: str, **options):
+    """A ready remote sandbox provider (SandboxProvider); its SDK is imported here, not before."""
+    cls = SANDBOX_PROVIDERS.load(name)
+    try:
+        return cls(**options)
+    except TypeError as exc:
+        raise ConfigError(f"bad options for provider {name!r}: {exc}", field="provider") from None
+
+
+__all__ = ["get_provider", "get_sandbox_provider", "SANDBOX_PROVIDERS", "Provider", "ExecSpec", "ExecResult", "OutputChannel", "PROVIDERS"]

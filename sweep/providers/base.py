@@ -12,9 +12,12 @@ a walltime enforced from outside the sandbox, and no secret in any file the prov
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
+
+from runstate.errors import ProviderError
 
 
 @dataclass(frozen=True)
@@ -109,3 +112,140 @@ class Provider(Protocol):
     def open_output_channel(self, host_path: Path) -> OutputChannel: ...
 
     def close_output_channel(self, channel: OutputChannel) -> None: ...
+
+
+def read_secret(name: str, path: Path | FromEnv) -> str:
+    """A secret's value from its file (trailing newline dropped). The message names the file only.
+
+    Here, with the contract, so a runtime that needs a secret's value (to redact it) never imports
+    a concrete provider."""
+    if isinstance(path, FromEnv):
+        value = os.environ.get(path.name, "")
+        if not value:
+            raise ProviderError(f"the secret for {name} comes from the environment variable {path.name}, "
+                                "which is not set", field="secrets")
+        return value
+    try:
+        value = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProviderError(f"cannot read the secret for {name}: {exc.strerror or exc}", path=path) from None
+    value = value.rstrip("\r\n")
+    if not value:
+        raise ProviderError(f"the secret file for {name} is empty", path=path)
+    return value
+
+
+# --- Remote sandboxes: the lifecycle contract (Daytona, Modal; see docs/providers.md) -------------
+#
+# `run(ExecSpec)` above is one command in a fresh sandbox on this host. Remote providers have a
+# lifecycle instead: create a sandbox from the task's environment, upload the workspace as one
+# archive, exec commands in it, download the workspace, terminate it. Every sandbox carries a
+# deterministic name and tags so a later `sweep reconcile` can find what a dead controller left.
+
+TAG_KEYS = ("sweep.campaign", "sweep.run", "sweep.job", "sweep.role", "sweep.attempt", "sweep.instance")
+
+ERROR_CLASSES = ("outage", "throttle", "config", "failure")
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    count: int
+    type: str | None = None               # provider's GPU type name ("H100"); None = any
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What to create. Provider-neutral: each provider maps it (docs/providers.md has the table)."""
+    name: str                             # deterministic (see sandbox_name); create is idempotent on it
+    tags: dict[str, str]                  # TAG_KEYS, all set; values short ASCII
+    dockerfile: Path | None = None        # the task's environment/Dockerfile; None = image below
+    image: str | None = None              # a registry reference when there is no Dockerfile
+    cpu: float = 1.0
+    memory_mb: int = 2048
+    disk_gb: int | None = None
+    gpu: GpuRequest | None = None
+    timeout_s: int = 3600                 # provider-side hard cap from creation (always set)
+    idle_timeout_s: int | None = 900      # provider-side stop when idle (always set by remote providers)
+    env: dict[str, str] = field(default_factory=dict)   # non-secret only
+
+
+@dataclass(frozen=True)
+class SandboxHandle:
+    provider: str
+    sandbox_id: str
+    name: str
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    sandbox_id: str
+    name: str
+    tags: dict[str, str]
+    state: str                            # the provider's own state word ("started", "stopped", ...)
+
+
+@dataclass
+class SandboxExecResult:
+    rc: int | None                        # None: no exit code (walltime, lost connection)
+    timed_out: bool
+    duration_s: float
+    stdout_tail: str
+    stderr_tail: str
+
+
+class TerminateOutcome:
+    CONFIRMED = "confirmed"               # the provider says it is gone
+    ALREADY_GONE = "already_gone"         # not found: someone (or auto-delete) removed it
+    REQUESTED = "requested"               # asked, not confirmed: reconcile must look again
+
+
+@runtime_checkable
+class SandboxProvider(Protocol):
+    """The lifecycle contract. Every method raises ProviderError with `error_class` set
+    (outage | throttle | config | failure) for a provider-side problem; see `classify`."""
+    name: str
+    environment_fidelity: str             # "container" for remote providers
+
+    def create(self, spec: SandboxSpec) -> SandboxHandle: ...
+    def upload_archive(self, handle: SandboxHandle, local_dir: Path, remote_dir: str) -> None: ...
+    def exec(self, handle: SandboxHandle, argv: list[str], *, cwd: str | None = None,
+             env: dict[str, str] | None = None, stdin: bytes | None = None, timeout_s: float,
+             on_output: Callable[[str], None] | None = None) -> SandboxExecResult: ...
+    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path) -> None: ...
+    def terminate(self, handle: SandboxHandle) -> str: ...           # a TerminateOutcome value
+    def list_by_tags(self, tags: dict[str, str]) -> list[SandboxInfo]: ...
+
+
+def sandbox_name(tags: dict[str, str]) -> str:
+    """The deterministic name: sw-<campaign>-<run>-<role>-a<attempt>-<instance>, at most 63 chars of
+    [A-Za-z0-9-] (the common denominator of Modal's and Daytona's name rules)."""
+    import re
+    parts = [tags["sweep.campaign"], tags["sweep.run"], tags["sweep.role"], "a" + tags["sweep.attempt"],
+             tags["sweep.instance"]]
+    raw = "sw-" + "-".join(parts)
+    clean = re.sub(r"[^A-Za-z0-9-]+", "-", raw)
+    if len(clean) > 63:         # keep the instance id (the unique part) whole
+        inst = re.sub(r"[^A-Za-z0-9-]+", "-", tags["sweep.instance"])
+        clean = clean[: 62 - len(inst)] + "-" + inst
+    return clean
+
+
+def check_tags(tags: dict[str, str]) -> dict[str, str]:
+    missing = [k for k in TAG_KEYS if not tags.get(k)]
+    if missing:
+        raise ValueError(f"sandbox tags missing: {', '.join(missing)}")
+    return tags
+
+
+class SandboxError(ProviderError):
+    """A provider-side problem, classified: `error_class` is one of ERROR_CLASSES.
+    outage: the provider is down for everyone; throttle: it refuses us for now; config: our key or
+    settings are wrong (stop and alert); failure: an ordinary problem with this sandbox or task."""
+
+    def __init__(self, message: str, *, error_class: str, evidence: str = "", **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        if error_class not in ERROR_CLASSES:
+            raise ValueError(f"unknown error class {error_class!r}")
+        self.error_class = error_class
+        self.evidence = evidence

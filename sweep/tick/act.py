@@ -31,7 +31,7 @@ from runstate.errors import SchedulerError, SubmissionUncertain, SweepError
 from runstate.files import read_model, write_model_atomic
 from runstate.lease import (LeaseLost, acquire_lease, hand_over_lease, reap_lease, release_lease,
                             tidy_lease_strays)
-from runstate.models import (EndReason, Event, GhostsFile, LaneBackoff, LaneBackoffFile, RunRecord, RunState)
+from runstate.models import (EndReason, TickAction, Event, GhostsFile, LaneBackoff, LaneBackoffFile, RunRecord, RunState)
 from runstate.paths import RunPaths
 from runstate.runs import append_event, load_record, run_dir, save_record
 from sweep.campaign import Campaign
@@ -76,7 +76,7 @@ class Actor:
         self.dir = campaign.dir
         self.campaign = campaign.file
         self.scheduler = scheduler
-        self.done: list[dict[str, Any]] = []
+        self.done: list[TickAction] = []
         self.errors: list[str] = []
         self.waiting: dict[str, list[str]] = {}        # reason -> runs
         self.ghosts: list[dict[str, Any]] = []

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from runstate.errors import ConfigError, ProviderError
-from sweep.providers.base import ExecResult, ExecSpec, FromEnv, OutputChannel
+from sweep.providers.base import ExecResult, ExecSpec, OutputChannel, read_secret
 from sweep.providers.local.bwrap import (DEFAULT_TMP_BYTES, SANDBOX_HOME, SANDBOX_RELAY_DIR, SYSTEM_DIRS,
                                          SandboxView,
                                          bwrap_argv, probe_bwrap, runtime_read_paths)
@@ -40,24 +40,6 @@ log = logging.getLogger("sweep.providers.local")
 ISOLATION_MODES = ("bwrap", "none")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_KILL_GRACE_S = 5.0
-
-
-def read_secret(name: str, path: Path | FromEnv) -> str:
-    """A secret's value from its file (trailing newline dropped). The message names the file only."""
-    if isinstance(path, FromEnv):
-        value = os.environ.get(path.name, "")
-        if not value:
-            raise ProviderError(f"the secret for {name} comes from the environment variable {path.name}, "
-                                "which is not set", field="secrets")
-        return value
-    try:
-        value = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProviderError(f"cannot read the secret for {name}: {exc.strerror or exc}", path=path) from None
-    value = value.rstrip("\r\n")
-    if not value:
-        raise ProviderError(f"the secret file for {name} is empty", path=path)
-    return value
 
 
 def child_path(caller_path: str | None) -> str:

@@ -1,0 +1,257 @@
+"""The Daytona provider: remote sandboxes through the `daytona` SDK (`pip install 'sweep[daytona]'`).
+
+The SDK is imported when this module is, and this module only when a plan names `daytona` (the
+lazy registry in sweep/providers/__init__.py), so `sweep status` never imports it.
+
+- One explicit client per provider instance, built from an API key read from a file or a named
+  environment variable at construction (never the SDK's process-wide environment defaults).
+- Every sandbox has a deterministic name and the sweep tags as Daytona labels; create is
+  idempotent on the name (a 409 returns the existing sandbox).
+- Provider-side caps are always set: `auto_stop_interval` (idle minutes), `auto_delete_interval=0`
+  (deleted as soon as it stops) and `ttl_minutes` (wall-clock cap from creation), so a lost
+  controller cannot leak a sandbox for longer than its walltime.
+- Errors become SandboxError with an error class: 429 or "too many requests"/"capacity"/"limit
+  exceeded" -> throttle; 5xx or no HTTP answer at all (connection refused) -> outage; 401/403 ->
+  config; anything else (400, 404, 409, 422, build failure, create timeout) -> failure.
+- exec uses the SDK's one-shot `process.exec`: stdout and stderr come back combined, once, at the
+  end (on_output is called once with it). stdin is uploaded as a file and redirected.
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import shlex
+import tarfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import daytona
+from daytona import (CreateSandboxFromImageParams, Daytona, DaytonaConfig, DaytonaError, Image,
+                     ListSandboxesQuery, Resources)
+
+from sweep.providers.base import (GpuRequest, SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo,
+                                  SandboxSpec, TerminateOutcome, check_tags)
+
+TAIL_BYTES = 16_384
+GONE_STATES = {"destroyed", "destroying"}
+THROTTLE_TEXT = ("too many requests", "rate limit", "limit exceeded", "capacity")
+UPLOAD_NAME = ".sweep-upload.tar.gz"
+DOWNLOAD_NAME = ".sweep-download.tar.gz"
+
+
+def classify(exc: BaseException) -> str:
+    """outage | throttle | config | failure for an exception the SDK raised."""
+    status = getattr(exc, "status_code", None)
+    text = str(exc).lower()
+    if isinstance(exc, getattr(daytona, "DaytonaRateLimitError", ())) or status == 429 \
+            or any(t in text for t in THROTTLE_TEXT):
+        return "throttle"
+    if isinstance(exc, (getattr(daytona, "DaytonaAuthenticationError", ()),
+                        getattr(daytona, "DaytonaForbiddenError", ()))) or status in (401, 403):
+        return "config"
+    if status in (500, 502, 503, 504) or isinstance(exc, (getattr(daytona, "DaytonaServiceUnavailableError", ()),
+                                                          getattr(daytona, "DaytonaBadGatewayError", ()),
+                                                          getattr(daytona, "DaytonaInternalServerError", ()),
+                                                          getattr(daytona, "DaytonaConnectionError", ()))):
+        return "outage"
+    if status is None and any(t in text for t in ("connection refused", "newconnectionerror", "max retries exceeded",
+                                                  "name or service not known", "connecterror", "connection reset")):
+        return "outage"
+    return "failure"
+
+
+def _status(exc: BaseException) -> int | None:
+    return getattr(exc, "status_code", None)
+
+
+class DaytonaProvider:
+    name = "daytona"
+    environment_fidelity = "container"
+    isolation = "container"
+
+    def __init__(self, *, api_url: str | None = None, api_key_file: str | os.PathLike[str] | None = None,
+                 api_key_env: str = "DAYTONA_API_KEY", target: str = "us",
+                 create_timeout_s: float = 600) -> None:
+        key = None
+        if api_key_file is not None:
+            try:
+                key = Path(api_key_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise SandboxError(f"cannot read the Daytona API key: {exc.strerror or exc}", error_class="config",
+                                   path=api_key_file) from None
+        else:
+            key = os.environ.get(api_key_env, "").strip()
+        if not key:
+            raise SandboxError(f"no Daytona API key (set {api_key_env} or api_key_file)", error_class="config",
+                               field="provider")
+        self.api_url = api_url or os.environ.get("DAYTONA_API_URL") or "https://app.daytona.io/api"
+        self.create_timeout_s = create_timeout_s
+        try:
+            self.client = Daytona(DaytonaConfig(api_key=key, api_url=self.api_url, target=target))
+        except DaytonaError as exc:
+            raise self._error("cannot build the Daytona client", exc) from None
+
+    # --- errors --------------------------------------------------------------------------------
+
+    def _error(self, what: str, exc: BaseException) -> SandboxError:
+        cls = classify(exc)
+        evidence = f"{type(exc).__name__} status={_status(exc)}: {str(exc)[:300]}"
+        return SandboxError(f"daytona: {what}: {str(exc)[:300]}", error_class=cls, evidence=evidence)
+
+    def _call(self, what: str, fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
+        try:
+            return fn(*a, **kw)
+        except DaytonaError as exc:
+            raise self._error(what, exc) from None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def _image(self, spec: SandboxSpec) -> Any:
+        if spec.dockerfile is not None:
+            return Image.from_dockerfile(str(spec.dockerfile))
+        return spec.image or "python:3.12-slim"
+
+    def create(self, spec: SandboxSpec) -> SandboxHandle:
+        check_tags(spec.tags)
+        resources = Resources(cpu=max(1, math.ceil(spec.cpu)), memory=max(1, math.ceil(spec.memory_mb / 1024)),
+                              disk=spec.disk_gb, gpu=spec.gpu.count if spec.gpu else None,
+                              gpu_type=_gpu_type(spec.gpu))
+        params = CreateSandboxFromImageParams(
+            image=self._image(spec), name=spec.name, labels=dict(spec.tags), env_vars=dict(spec.env),
+            resources=resources,
+            auto_stop_interval=max(1, math.ceil((spec.idle_timeout_s or spec.timeout_s) / 60)),
+            auto_delete_interval=0, ttl_minutes=max(1, math.ceil(spec.timeout_s / 60)))
+        try:
+            sb = self.client.create(params, timeout=self.create_timeout_s)
+        except DaytonaError as exc:
+            if _status(exc) == 409 or isinstance(exc, getattr(daytona, "DaytonaConflictError", ())):
+                sb = self._call("get the existing sandbox", self.client.get, spec.name)   # idempotent on the name
+                if dict(sb.labels or {}).get("sweep.instance") != spec.tags["sweep.instance"]:
+                    raise SandboxError(f"daytona: the name {spec.name} is taken by another sandbox",
+                                       error_class="failure") from None
+            else:
+                leaked = getattr(exc, "sandbox_id", None)
+                if leaked:           # created server-side, then the wait timed out: delete what exists
+                    try:
+                        self.client.delete(self.client.get(leaked), wait=False)
+                    except DaytonaError:
+                        pass         # reconcile finds it by its tags
+                raise self._error("create failed", exc) from None
+        return SandboxHandle(provider=self.name, sandbox_id=sb.id, name=sb.name, tags=dict(spec.tags))
+
+    def _sandbox(self, handle: SandboxHandle) -> Any:
+        return self._call("find the sandbox", self.client.get, handle.sandbox_id)
+
+    def exec(self, handle: SandboxHandle, argv: list[str], *, cwd: str | None = None,
+             env: dict[str, str] | None = None, stdin: bytes | None = None, timeout_s: float,
+             on_output: Callable[[str], None] | None = None) -> SandboxExecResult:
+        sb = self._sandbox(handle)
+        command = shlex.join(argv)           # quoted: argv text never becomes shell syntax
+        if stdin is not None:
+            name = f".sweep-stdin-{uuid.uuid4().hex[:12]}"
+            remote = f"{cwd.rstrip('/')}/{name}" if cwd else name
+            self._call("upload stdin", sb.fs.upload_file, stdin, remote)
+            command = f"{command} < {name}; rc=$?; rm -f {name}; exit $rc"
+            command = f"bash -c {shlex.quote(command)}"
+        start = time.monotonic()
+        try:
+            resp = sb.process.exec(command, cwd=cwd, env=env or None, timeout=max(1, math.ceil(timeout_s)))
+        except DaytonaError as exc:
+            if isinstance(exc, getattr(daytona, "DaytonaTimeoutError", ())) and classify(exc) == "failure":
+                return SandboxExecResult(rc=None, timed_out=True, duration_s=time.monotonic() - start,
+                                         stdout_tail="", stderr_tail=str(exc)[-TAIL_BYTES:])
+            raise self._error("exec failed", exc) from None
+        duration = time.monotonic() - start
+        out = resp.result or ""
+        if on_output is not None and out:
+            on_output(out)
+        timed_out = resp.exit_code == -1 and duration >= timeout_s * 0.9
+        return SandboxExecResult(rc=None if timed_out else resp.exit_code, timed_out=timed_out,
+                                 duration_s=duration, stdout_tail=out[-TAIL_BYTES:], stderr_tail="")
+
+    def upload_archive(self, handle: SandboxHandle, local_dir: Path, remote_dir: str) -> None:
+        """The whole directory as one tar.gz, unpacked in `remote_dir` (one upload, one exec)."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            tar.add(str(local_dir), arcname=".")
+        sb = self._sandbox(handle)
+        self._call("upload the workspace", sb.fs.upload_file, buf.getvalue(), f"{remote_dir.rstrip('/')}/{UPLOAD_NAME}")
+        resp = self._call("unpack the workspace", sb.process.exec,
+                          f"bash -c {shlex.quote(f'tar -xzf {UPLOAD_NAME} && rm -f {UPLOAD_NAME}')}",
+                          cwd=remote_dir, timeout=600)
+        if resp.exit_code != 0:
+            raise SandboxError(f"daytona: unpacking the workspace failed: {(resp.result or '')[-500:]}",
+                               error_class="failure")
+
+    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path) -> None:
+        """`remote_dir` packed as one tar.gz in the sandbox and unpacked under `local_dir` (safe
+        extraction: no absolute paths, no `..`, no links out)."""
+        sb = self._sandbox(handle)
+        pack = f"tar --exclude=./{DOWNLOAD_NAME} -czf {DOWNLOAD_NAME} ."
+        resp = self._call("pack the workspace", sb.process.exec, f"bash -c {shlex.quote(pack)}",
+                          cwd=remote_dir, timeout=600)
+        if resp.exit_code != 0:
+            raise SandboxError(f"daytona: packing the workspace failed: {(resp.result or '')[-500:]}",
+                               error_class="failure")
+        data = self._call("download the workspace", sb.fs.download_file, f"{remote_dir.rstrip('/')}/{DOWNLOAD_NAME}")
+        local_dir.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(local_dir, filter="data")
+        try:
+            sb.process.exec(f"rm -f {DOWNLOAD_NAME}", cwd=remote_dir, timeout=60)
+        except DaytonaError:
+            pass                # the sandbox is deleted with it
+
+    def terminate(self, handle: SandboxHandle) -> str:
+        return self.terminate_id(handle.sandbox_id)
+
+    def terminate_id(self, sandbox_id: str) -> str:
+        try:
+            sb = self.client.get(sandbox_id)
+        except DaytonaError as exc:
+            if _status(exc) == 404 or isinstance(exc, getattr(daytona, "DaytonaNotFoundError", ())):
+                return TerminateOutcome.ALREADY_GONE
+            raise self._error("find the sandbox to terminate", exc) from None
+        try:
+            self.client.delete(sb, wait=False)
+        except DaytonaError as exc:
+            if _status(exc) == 404:
+                return TerminateOutcome.ALREADY_GONE
+            raise self._error("terminate failed", exc) from None
+        try:                    # confirm: gone, or at least destroying
+            again = self.client.get(sandbox_id)
+        except DaytonaError as exc:
+            if _status(exc) == 404 or isinstance(exc, getattr(daytona, "DaytonaNotFoundError", ())):
+                return TerminateOutcome.CONFIRMED
+            return TerminateOutcome.REQUESTED
+        return TerminateOutcome.CONFIRMED if str(again.state).lower().endswith(("destroyed", "destroying")) \
+            else TerminateOutcome.REQUESTED
+
+    def list_by_tags(self, tags: dict[str, str]) -> list[SandboxInfo]:
+        """Sandboxes not yet destroyed whose labels include all of `tags` (re-checked here: the
+        server's filter is not trusted to be exact)."""
+        found = self._call("list sandboxes", lambda: list(self.client.list(ListSandboxesQuery(labels=dict(tags)))))
+        out = []
+        for sb in found:
+            labels = dict(sb.labels or {})
+            state = str(getattr(sb.state, "value", sb.state) or "").lower()
+            if state in GONE_STATES or any(labels.get(k) != v for k, v in tags.items()):
+                continue
+            out.append(SandboxInfo(sandbox_id=sb.id, name=sb.name, tags=labels, state=state))
+        return out
+
+
+def _gpu_type(gpu: GpuRequest | None) -> Any:
+    if gpu is None or gpu.type is None:
+        return None
+    known = {t.value: t for t in daytona.GpuType if not t.name.startswith("UNKNOWN")}
+    if gpu.type not in known:      # the SDK maps unknown names to a catch-all instead of refusing
+        raise SandboxError(f"daytona has no GPU type {gpu.type!r} (known: {', '.join(sorted(known))})",
+                           error_class="config", field="gpu")
+    return known[gpu.type]
+
+
+__all__ = ["DaytonaProvider", "classify"]

@@ -20,6 +20,7 @@ PROVIDERS = Registry("provider", "provider", {
 # download, terminate, list by tags. Used by `sweep reconcile`; the controller does not drive them
 # yet (docs/providers.md). A missing SDK is a ConfigError naming the extra.
 SANDBOX_PROVIDERS = Registry("sandbox provider", "provider", {
+    "local": "sweep.providers.local_sandbox:LocalSandboxes",
     "daytona": Plugin("sweep.providers.daytona:DaytonaProvider", extra="daytona"),
 })
 

@@ -38,8 +38,8 @@ CONTROLLER = textwrap.dedent("""
     from sweep.providers import get_sandbox_provider
     from sweep.providers.base import SandboxSpec, sandbox_name
     from sweep.providers.receipts import create_with_receipt, current_job_id, new_tags
-    api_url, key_file, campaign_id, run_dir, ready = sys.argv[1:6]
-    p = get_sandbox_provider("daytona", api_url=api_url, api_key_file=key_file)
+    provider, options, campaign_id, run_dir, ready = sys.argv[1:6]
+    p = get_sandbox_provider(provider, **json.loads(options))
     tags = new_tags(campaign_id=campaign_id, run_id=Path(run_dir).name, job_id=current_job_id(),
                     role="solver", attempt=1)
     h = create_with_receipt(p, SandboxSpec(name=sandbox_name(tags), tags=tags, image="python:3.12-slim",
@@ -55,6 +55,53 @@ def fake():
     f = FakeDaytona().start()
     yield f
     f.stop()
+
+
+class Remote:
+    """One remote provider's fake, seen the same way by the orphan test."""
+
+    def __init__(self, kind, tmp_path, monkeypatch):
+        self.kind = kind
+        if kind == "daytona":
+            self.fake = FakeDaytona().start()
+            key = tmp_path / "daytona.key"
+            key.write_text(self.fake.api_key)
+            self.options = {"api_url": self.fake.api_url, "api_key_file": str(key)}
+        else:
+            pytest.importorskip("modal")
+            from tests.fakes.modal_api import FakeModal
+            self.fake = FakeModal().start()
+            monkeypatch.setenv("MODAL_SANDBOX_V2", "0")      # the jobs inherit it
+            (tmp_path / "mid").write_text("ak-fake")
+            (tmp_path / "msecret").write_text(self.fake.token_secret)
+            self.options = {"server_url": self.fake.url, "app_name": "sweep-test",
+                            "token_id_file": str(tmp_path / "mid"), "token_secret_file": str(tmp_path / "msecret")}
+
+    def live_ids(self):
+        return {s["id"] for s in self.fake.live()} if self.kind == "daytona" else self.fake.live_ids()
+
+    def labels(self, sid):
+        return dict(self.fake.sandboxes[sid]["labels" if self.kind == "daytona" else "tags"])
+
+    def add_foreign(self, name, tags):
+        if self.kind == "daytona":
+            return self.fake.add_foreign(name, tags)
+        return self.fake.add_foreign("sweep-test", name, tags)
+
+    def terminated(self):
+        if self.kind == "daytona":
+            return [p.rsplit("/", 1)[1] for m, p, _ in self.fake.requests if m == "DELETE"]
+        return list(self.fake.terminated)
+
+    def secrets(self):
+        return [self.fake.api_key] if self.kind == "daytona" else [self.fake.token_secret]
+
+
+@pytest.fixture(params=["daytona", "modal"])
+def remote(request, tmp_path, monkeypatch):
+    r = Remote(request.param, tmp_path, monkeypatch)
+    yield r
+    r.fake.stop()
 
 
 @pytest.fixture
@@ -74,9 +121,7 @@ def wait_for(pred, timeout=60.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_kill9_controller_orphan_is_terminated_and_nothing_else(fake, campaign, tmp_path):
-    key = tmp_path / "daytona.key"
-    key.write_text(fake.api_key)
+def test_kill9_controller_orphan_is_terminated_and_nothing_else(remote, campaign, tmp_path):
     script = tmp_path / "controller.py"
     script.write_text(CONTROLLER.format(repo=str(REPO)))
     sched = campaign.scheduler()
@@ -87,7 +132,8 @@ def test_kill9_controller_orphan_is_terminated_and_nothing_else(fake, campaign, 
         make_private_dir(rdir / "logs")
         ready = tmp_path / f"{run}.ready"
         job = JobSpec(name=f"{campaign.file.job_prefix}t1.{run}",
-                      argv=[sys.executable, str(script), fake.api_url, str(key), cid, str(rdir), str(ready)],
+                      argv=[sys.executable, str(script), remote.kind, json.dumps(remote.options), cid, str(rdir),
+                            str(ready)],
                       workdir=rdir, stdout=rdir / "logs" / "c.out", stderr=rdir / "logs" / "c.err")
         jobs[run] = (sched.submit(job), ready)
     info = {run: json.loads(wait_for(lambda r=r: r.exists() and r.read_text(), what=f"{run} sandbox"))
@@ -96,9 +142,9 @@ def test_kill9_controller_orphan_is_terminated_and_nothing_else(fake, campaign, 
 
     # Neighbours reconcile must never touch: another campaign's sandbox (even with the orphan's
     # instance id and job id), and one with our campaign tag that no receipt of ours names.
-    orphan_tags = fake.sandboxes[info["pr-000"]["id"]]["labels"]
-    foreign = fake.add_foreign("other-campaign-box", dict(orphan_tags, **{"sweep.campaign": "0ther0ca"}))
-    unowned = fake.add_foreign("hand-made-box", dict(orphan_tags, **{"sweep.instance": "feedfacecafe"}))
+    orphan_tags = remote.labels(info["pr-000"]["id"])
+    foreign = remote.add_foreign("other-campaign-box", dict(orphan_tags, **{"sweep.campaign": "0ther0ca"}))
+    unowned = remote.add_foreign("hand-made-box", dict(orphan_tags, **{"sweep.instance": "feedfacecafe"}))
 
     os.kill(info["pr-000"]["pid"], signal.SIGKILL)
     wait_for(lambda: (s := sched.queue()).known and orphan_job not in s.jobs and live_job in s.jobs,
@@ -107,16 +153,16 @@ def test_kill9_controller_orphan_is_terminated_and_nothing_else(fake, campaign, 
     r = sweep("reconcile", "--campaign", str(campaign.dir), check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"terminated: {info['pr-000']['name']}" in r.stdout
-    live_ids = {s["id"] for s in fake.live()}
+    live_ids = remote.live_ids()
     assert info["pr-000"]["id"] not in live_ids
     assert {info["pr-001"]["id"], foreign, unowned} <= live_ids
-    deletes = [p for m, p, _ in fake.requests if m == "DELETE"]
-    assert deletes == [f"/api/sandbox/{info['pr-000']['id']}"]
+    assert remote.terminated() == [info["pr-000"]["id"]]
 
     states = {read_receipt(p).tags["sweep.run"]: read_receipt(p).state for _, p in iter_receipts(campaign.dir)}
     assert states == {"pr-000": "terminated", "pr-001": "created"}
     for _, p in iter_receipts(campaign.dir):
-        assert p.stat().st_mode & 0o777 == 0o600 and fake.api_key not in p.read_text()
+        assert p.stat().st_mode & 0o777 == 0o600
+        assert not any(secret in p.read_text() for secret in remote.secrets())
 
     again = sweep("reconcile", "--campaign", str(campaign.dir))
     assert "terminated" not in again.stdout.replace("left alone", "")

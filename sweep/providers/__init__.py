@@ -2,7 +2,7 @@
 
 `get_provider(name, **options)` imports the provider's module only when asked, so `sweep status`
 never pays for (or needs) a cloud SDK. `local` runs one command; `daytona` is a remote sandbox
-behind the lifecycle contract (`get_sandbox_provider`); `modal` will be a folder next to it.
+behind the lifecycle contract (`get_sandbox_provider`); `modal` likewise.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ PROVIDERS = Registry("provider", "provider", {
 SANDBOX_PROVIDERS = Registry("sandbox provider", "provider", {
     "local": "sweep.providers.local_sandbox:LocalSandboxes",
     "daytona": Plugin("sweep.providers.daytona:DaytonaProvider", extra="daytona"),
+    "modal": Plugin("sweep.providers.modal:ModalProvider", extra="modal"),
 })
 
 

@@ -27,6 +27,7 @@ snapshots (tests/test_tick_plan.py) without files or Slurm:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runstate.lease import LeaseView, judge_lease
@@ -467,7 +468,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
 
 def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_active: int,
            verified: int, canaries_active: dict[str, int], committed: float,
-           ghosts: list[QueueJob], ghost_gpu_devices: int, note_wait) -> list[Action]:
+           ghosts: list[QueueJob], ghost_gpu_devices: int, note_wait: Callable[[str, str], None]) -> list[Action]:
     out: list[Action] = []
     queued = sorted((v.record for rid, v in snap.runs.items()
                      if v.record.state is RunState.queued and rid not in busy),

@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import shlex
 import tarfile
 import threading
 import time
@@ -202,7 +201,7 @@ class ModalProvider:
         local_dir.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
             tar.extractall(local_dir, filter="data")
-        self.exec(handle, ["rm", "-f", shlex.quote(DOWNLOAD_NAME)], cwd=remote_dir, timeout_s=60)
+        self.exec(handle, ["rm", "-f", DOWNLOAD_NAME], cwd=remote_dir, timeout_s=60)
 
     def terminate(self, handle: SandboxHandle) -> str:
         self.terminated_by_us.add(handle.sandbox_id)     # before the call: a 137 from here on is ours

@@ -204,8 +204,12 @@ def append_line(path: Path, obj: object) -> None:
 
 
 def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """All well-formed JSON-object lines of a JSONL file, and how many lines were skipped."""
-    raw = read_bytes(path)
+    """All well-formed JSON-object lines of a JSONL file, and how many lines were skipped (a file
+    the read path refuses, e.g. a FIFO or a symlink, counts as one skipped line: nothing is read)."""
+    try:
+        raw = read_bytes(path)
+    except RefusedFile:
+        return [], 1
     if raw is None:
         return [], 0
     out, skipped = [], 0

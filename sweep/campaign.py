@@ -175,7 +175,7 @@ def check_local_sources(frozen: list[FrozenCandidate], plan_path: Path) -> None:
                               f"{r.stderr.decode(errors='replace').strip()[:200]}", path=plan_path,
                               field=f"candidates.{i}.repo")
         answers = r.stdout.decode(errors="replace").splitlines()
-        for (idx, which, ref), answer in zip(refs, answers):
+        for (idx, which, ref), answer in zip(refs, answers, strict=False):
             if answer.endswith(" missing") or " commit " not in f" {answer} ":
                 raise ConfigError(f"{which} {ref!r} is not a commit in {repo}", path=plan_path,
                                   field=f"candidates.{idx}.{which}")

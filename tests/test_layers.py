@@ -120,6 +120,10 @@ def test_harbor_uses_only_the_provider_contract():
                 for d in deps if d.startswith("sweep.providers") and d != "sweep.providers.base"]
 
 
+def test_the_session_runtime_uses_only_the_provider_contract():
+    assert not [d for d in GRAPH["sweep.runtimes.session"] if d.startswith("sweep.providers.local")]
+
+
 def test_shared_utilities_are_stdlib_only():
     for name in ("sweep.tree", "sweep.proc", "sweep.git", "sweep.registry", "runstate.atomic", "runstate.errors",
                  "runstate.paths"):

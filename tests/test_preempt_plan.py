@@ -10,7 +10,7 @@ from runstate.models import Lease, Outcome, RunRecord, RunState
 from sweep.scheduler.slurm.accounting import (classify_stop, parse_sacct, parse_scontrol_job,
                                               sacct_argv)
 from sweep.tick.plan import (INTERRUPTION_STATES, EndRun, Interrupt, PlanSettings, Requeue, RunView,
-                             Snapshot, Wait, plan_tick)
+                             Snapshot, Waiting, plan_tick)
 
 NOW = 1_000_000.0
 TTL = 600.0
@@ -64,8 +64,8 @@ def test_without_accounting_a_vanished_job_is_an_attempt_and_says_why():
 def test_accounting_unknown_waits_then_counts_an_attempt_after_the_lease_ttl():
     waiting = snap_of(active(), lease_seen(30), accounting="unknown", accounting_error="sacct timed out")
     assert reconcile(waiting) is None
-    said = [a for a in plan_tick(waiting, CFG) if isinstance(a, Wait)]
-    assert len(said) == 1 and "sacct timed out" in said[0].reason and "later tick" in said[0].reason
+    said = [reason for a in plan_tick(waiting, CFG) if isinstance(a, Waiting) for reason in a.reasons]
+    assert len(said) == 1 and "sacct timed out" in said[0] and "later tick" in said[0]
     late = snap_of(active(), lease_seen(TTL + 1), accounting="unknown", accounting_error="sacct timed out")
     a = reconcile(late)
     assert isinstance(a, Requeue) and "sacct timed out" in a.why and "lease_ttl_s" in a.why

@@ -126,3 +126,11 @@ def test_list_runs_reports_a_fifo_state_and_reads_the_rest(scratch):
     listing = list_runs(scratch)
     assert sorted(listing.records) == ["a", "c"]
     assert "refused: a FIFO" in listing.corrupt["b"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink-to-dev-zero"])
+def test_a_hostile_events_file_is_skipped_by_the_history_reader(scratch, kind):
+    from runstate.runs import read_events
+    (scratch / "candidate.json").write_text("{}")
+    HOSTILE[kind](scratch / "events.jsonl")
+    assert read_events(scratch) == ([], 1)

@@ -5,7 +5,7 @@ from runstate.lease import LeaseView
 from runstate.models import Lease, OutageStamp, Outcome, Phase, RunRecord, RunState
 from sweep.tick.plan import (Admit, Adopt, CancelGhost, EndRun, GiveUpSubmission, NoteGhosts,
                              PlanSettings, QueueJob, ReapLease, Requeue, RunView, SetHold, Snapshot,
-                             Wait, next_role, plan_tick)
+                             Waiting, next_role, plan_tick)
 
 NOW = 1_000_000.0
 TTL = 600.0
@@ -285,9 +285,11 @@ def test_every_queued_run_not_admitted_has_exactly_one_reason(case):
     acted = {a.run_id for a in actions if isinstance(a, (Admit, Adopt, EndRun, ReapLease, GiveUpSubmission))}
     waits: dict[str, int] = {}
     for a in actions:
-        if isinstance(a, Wait):
-            assert a.reason
-            waits[a.run_id] = waits.get(a.run_id, 0) + 1
+        if isinstance(a, Waiting):
+            for reason, ids in a.reasons.items():
+                assert reason
+                for rid in ids:
+                    waits[rid] = waits.get(rid, 0) + 1
     for rid, v in snap.runs.items():
         if v.record.state is RunState.queued and rid not in acted:
             assert waits.get(rid) == 1, (rid, waits.get(rid), v.lease)
@@ -318,7 +320,7 @@ def test_a_ghost_seen_for_the_grace_is_cancelled_and_holds_its_slot_meanwhile():
     young = _snap([_rec(0)], queue={"5": ghost}, ghosts_seen={"5": GhostJob(name=ghost.name, first_seen=NOW - 10)})
     actions = plan_tick(young, cfg)
     assert not [a for a in actions if isinstance(a, (Admit, CancelGhost))]
-    assert any(isinstance(a, Wait) and "max_parallel 1" in a.reason for a in actions)
+    assert any("max_parallel 1" in r for r in reasons(actions).values())
     old = _snap([_rec(0)], queue={"5": ghost}, ghosts_seen={"5": GhostJob(name=ghost.name, first_seen=NOW - 61)})
     assert [a.job_id for a in plan_tick(old, cfg) if isinstance(a, CancelGhost)] == ["5"]
 
@@ -331,9 +333,9 @@ def test_an_uncertain_submission_keeps_its_lease_until_the_bound_then_is_given_u
     view = RunView(rec, LeaseView(None, b"x", ls, None, 0.0))
     actions = plan_tick(Snapshot(now=NOW, queue_known=True, queue={}, runs={"r0": view}), cfg)
     assert not [a for a in actions if isinstance(a, (ReapLease, GiveUpSubmission, Admit))]
-    assert any(isinstance(a, Wait) and "submit grace" in a.reason for a in actions)
+    assert any("submit grace" in r for r in reasons(actions).values())
     later = plan_tick(Snapshot(now=NOW + 101, queue_known=True, queue={}, runs={"r0": view}), cfg)
-    assert [type(a) for a in later if not isinstance(a, Wait)] == [GiveUpSubmission]
+    assert [type(a) for a in later if not isinstance(a, Waiting)] == [GiveUpSubmission]
 
 
 def test_a_lane_backing_off_holds_its_runs_while_the_other_lane_admits():
@@ -342,8 +344,8 @@ def test_a_lane_backing_off_holds_its_runs_while_the_other_lane_admits():
     snap = _snap([_rec(0), _rec(1), _rec(2, gpus=1)], lanes=lanes)
     actions = plan_tick(snap, CFG)
     assert [a.run_id for a in actions if isinstance(a, Admit)] == ["r2"]
-    reasons = {a.run_id: a.reason for a in actions if isinstance(a, Wait)}
-    assert reasons["r0"].startswith("lane cpu backing off") and reasons["r0"].endswith("Invalid partition name specified")
+    why = reasons(actions)
+    assert why["r0"].startswith("lane cpu backing off") and why["r0"].endswith("Invalid partition name specified")
     probing = _snap([_rec(0), _rec(1)], lanes={"cpu": LaneBackoff(failures=2, until=NOW - 1, message="x")})
     assert [a.run_id for a in plan_tick(probing, CFG) if isinstance(a, Admit)] == ["r0"]
 
@@ -357,4 +359,8 @@ def test_a_job_still_in_the_queue_after_its_controller_wrote_the_record_keeps_it
                        lease_ttl_s=TTL, submit_grace_s=120)
     actions = plan_tick(snap, cfg)
     assert [a.run_id for a in actions if isinstance(a, Admit)] == ["r2"]
-    assert any(isinstance(a, Wait) and a.run_id == "r1" and "finishing" in a.reason for a in actions)
+    assert "finishing" in reasons(actions)["r1"]
+
+
+def reasons(actions) -> dict[str, str]:
+    return {rid: r for a in actions if isinstance(a, Waiting) for rid, r in a.of().items()}

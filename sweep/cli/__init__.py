@@ -30,6 +30,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "retry": ("sweep.cli.retry_cmd:retry", "Re-admit a blocked or unverified run with fresh attempts."),
     "abort": ("sweep.cli.abort_cmd:abort", "Stop a run: cancel its job and end it blocked: aborted."),
     "doctor": ("sweep.cli.doctor_cmd:doctor", "Check the agent CLIs the campaign uses: installed, runnable in the sandbox, keys, endpoints."),
+    "reconcile": ("sweep.cli.reconcile_cmd:reconcile", "Terminate remote sandboxes that dead controllers left (by receipt and tag)."),
     "report": ("sweep.cli.report_cmd:report", "Write a static HTML report of the campaign (plots, no server)."),
 }
 

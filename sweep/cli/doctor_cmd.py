@@ -37,13 +37,13 @@ def doctor(campaign: str | None, no_network: bool) -> None:
         gpus = [c.options.gpus for c in candidates if c.options.gpus > 0]
         lane_findings = check_lanes(sched, bool(gpus), max(gpus, default=0), facts) + \
             check_message_timeout(sched.call_timeout_seconds, facts)
-        for f in lane_findings:
-            click.echo(f"{f.level:5}  {f.field}: {f.message}")
+        for lf in lane_findings:
+            click.echo(f"{lf.level:5}  {lf.field}: {lf.message}")
         if not lane_findings:
             click.echo(f"ok     scheduler: lanes match the cluster's partitions and GRES; "
                        f"MessageTimeout {facts.message_timeout_s or 10:g} s < call_timeout_seconds "
                        f"{sched.call_timeout_seconds:g} s")
-        errors += [f for f in lane_findings if f.level == "error"]
+        errors += [lf for lf in lane_findings if lf.level == "error"]  # type: ignore[misc]  # counted only
     if errors:
         click.echo(f"{len(errors)} error(s): fix them before `sweep tick`", err=True)
         sys.exit(1)

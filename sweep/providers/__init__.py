@@ -2,7 +2,7 @@
 
 `get_provider(name, **options)` imports the provider's module only when asked, so `sweep status`
 never pays for (or needs) a cloud SDK. `local` runs one command; `daytona` is a remote sandbox
-behind the lifecycle contract (`get_sandbox_provider`); `modal` will be a folder next to it.
+behind the lifecycle contract (`get_sandbox_provider`); `modal` likewise.
 """
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ PROVIDERS = Registry("provider", "provider", {
 # download, terminate, list by tags. Used by `sweep reconcile`; the controller does not drive them
 # yet (docs/providers.md). A missing SDK is a ConfigError naming the extra.
 SANDBOX_PROVIDERS = Registry("sandbox provider", "provider", {
+    "local": "sweep.providers.local_sandbox:LocalSandboxes",
     "daytona": Plugin("sweep.providers.daytona:DaytonaProvider", extra="daytona"),
+    "modal": Plugin("sweep.providers.modal:ModalProvider", extra="modal"),
 })
 
 

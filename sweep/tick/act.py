@@ -36,7 +36,7 @@ from runstate.paths import RunPaths
 from runstate.runs import append_event, load_record, run_dir, save_record
 from sweep.campaign import Campaign
 from sweep.tick.plan import (Adopt, Admit, CancelGhost, EndRun, GiveUpSubmission, Interrupt, NoteGhosts,
-                             ReapLease, Requeue, SetHold, Wait)
+                             ReapLease, Requeue, SetHold, Waiting)
 
 if TYPE_CHECKING:
     from sweep.scheduler.base import Scheduler
@@ -106,8 +106,9 @@ class Actor:
             self.errors.append(f"{action.run_id}: {action.kind}: {exc}")
 
     # -- no-write actions ----------------------------------------------------------------------
-    def _do_wait(self, a: Wait) -> None:
-        self.waiting.setdefault(a.reason, []).append(a.run_id)
+    def _do_waiting(self, a: Waiting) -> None:
+        for reason, ids in a.reasons.items():
+            self.waiting.setdefault(reason, []).extend(ids)
 
     def _do_noteghosts(self, a: NoteGhosts) -> None:
         memory = read_ghosts(self.dir)
@@ -218,8 +219,8 @@ class Actor:
         from sweep.scheduler.base import JobSpec
         if a.lane in self._refused_lanes:
             # the lane refused a submission a moment ago: the other lanes go on, this one waits
-            self._do_wait(Wait(a.run_id, f"lane {a.lane} refused a submission this tick: "
-                                         f"{self._refused_lanes[a.lane]}"))
+            self.waiting.setdefault(f"lane {a.lane} refused a submission this tick: "
+                                    f"{self._refused_lanes[a.lane]}", []).append(a.run_id)
             return
         rec = self._fresh(a)
         if rec is None:

@@ -17,7 +17,8 @@ snapshots (tests/test_tick_plan.py) without files or Slurm:
   the limits while it lives and is cancelled once it has been seen for `ghost_grace_s`;
 - lanes: a lane whose submissions Slurm refused backs off (exponential, bounded) while the other
   lanes keep admitting; after the back-off one probe is submitted;
-- every queued run that is not admitted gets a reason (`Wait`), shown by `sweep status`;
+- every queued run that is not admitted gets a reason (one `Waiting` action for all), shown by
+  `sweep status`;
 - admission: nothing while draining; active controllers <= max_parallel, GPU ones <=
   max_gpu_parallel (a 2-GPU run counts once); never more than target_verified - verified - active;
   a CPU candidate later in the panel may pass a GPU candidate waiting for the GPU lane; no run whose
@@ -26,6 +27,7 @@ snapshots (tests/test_tick_plan.py) without files or Slurm:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runstate.lease import LeaseView, judge_lease
@@ -161,9 +163,15 @@ class GiveUpSubmission(Action):
 
 
 @dataclass(frozen=True)
-class Wait(Action):
-    """A queued run is not admitted this tick, and why (tick.json and `sweep status`; no write)."""
-    reason: str
+class Waiting(Action):
+    """Why each queued run is not admitted this tick: reason -> run ids (tick.json and `sweep
+    status`; nothing is written on the runs). One action for all of them: at 100,000 queued runs
+    a per-run object would cost the planner more than the rest of its work."""
+    reasons: dict[str, list[str]]
+
+    def of(self) -> dict[str, str]:
+        """run id -> reason."""
+        return {rid: reason for reason, ids in self.reasons.items() for rid in ids}
 
 
 @dataclass(frozen=True)
@@ -307,7 +315,10 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
     busy: set[str] = set()                 # runs that must not be admitted this tick
     canaries_active: dict[str, int] = {}
     committed = snap.settled_spent_usd     # money spent or promised (for the allocation)
-    waits: list[Action] = []
+    waits: dict[str, list[str]] = {}       # reason -> queued runs not admitted
+
+    def wait(run_id: str, reason: str) -> None:
+        waits.setdefault(reason, []).append(run_id)
 
     def hold_slot(rec: RunRecord) -> None:
         slots["all"] += 1
@@ -339,7 +350,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                 fate, cause, why = judge_vanished(rec, lease, snap, cfg)
                 if fate == "wait":
                     hold_slot(rec)     # its job may have been the last thing holding this slot
-                    waits.append(Wait(run_id, why))    # shown in tick.json and `sweep status`
+                    wait(run_id, why)    # shown in tick.json and `sweep status`
                     continue
                 if fate == "interrupt":
                     if rec.interruptions + 1 >= rec.max_interruptions:
@@ -379,7 +390,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                 # out: the job still takes a slot, and the run waits for it to leave the queue
                 busy.add(run_id)
                 hold_slot(rec)
-                waits.append(Wait(run_id, f"controller job {rec.job_id} is finishing"))
+                wait(run_id, f"controller job {rec.job_id} is finishing")
             continue
         busy.add(run_id)
         if lease.lease is None:
@@ -387,8 +398,8 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
             if verdict.stale:
                 actions.append(ReapLease(run_id, lease, verdict.why))
             else:
-                waits.append(Wait(run_id, f"corrupt lease.json ({lease.problem}): left alone until the "
-                                          f"lease TTL ({cfg.lease_ttl_s:.0f}s) passes"))
+                wait(run_id, f"corrupt lease.json ({lease.problem}): left alone until the "
+                                          f"lease TTL ({cfg.lease_ttl_s:.0f}s) passes")
             hold_slot(rec)          # unknown holder: keep its slot until judged
             continue
         ls = lease.lease
@@ -401,7 +412,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
             continue
         if snap.queue_known and holder_job is not None:
             # the job wrote this queued record itself (drain/park) and is on its way out
-            waits.append(Wait(run_id, f"controller job {holder_job.job_id} is finishing"))
+            wait(run_id, f"controller job {holder_job.job_id} is finishing")
             hold_slot(rec)
             continue
         uncertain = rec.submitting_since is not None and rec.submit_token == ls.token
@@ -413,8 +424,8 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                     hold_slot(rec)       # a submission may still be in flight, or its job may yet appear
                     what = ("sbatch got no answer" if uncertain and rec.last_error
                             else "a submission may be in flight")
-                    waits.append(Wait(run_id, f"{what}: waiting out the submit grace, looking for token "
-                                              f"{ls.token} in the queue until {_clock(since + bound)}"))
+                    wait(run_id, f"{what}: waiting out the submit grace, looking for token "
+                                              f"{ls.token} in the queue until {_clock(since + bound)}")
                     continue
                 if uncertain:
                     actions.append(GiveUpSubmission(run_id, rec, lease,
@@ -428,7 +439,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
         if verdict.stale:
             actions.append(ReapLease(run_id, lease, verdict.why))
         else:
-            waits.append(Wait(run_id, f"queue UNKNOWN: lease of submission {ls.token} kept ({verdict.why})"))
+            wait(run_id, f"queue UNKNOWN: lease of submission {ls.token} kept ({verdict.why})")
             hold_slot(rec)
 
     # ghosts: our prefix, no lease or record knows them. They take slots while they live.
@@ -448,15 +459,16 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
     if snap.queue_known and (seen or snap.ghosts_seen):
         actions.append(NoteGhosts("", seen))
 
-    actions.extend(waits)
     actions.extend(_admit(snap, cfg, busy, slots["all"], slots["gpu"], verified, canaries_active, committed,
-                          ghosts, ghost_gpu_devices))
+                          ghosts, ghost_gpu_devices, wait))
+    if waits:
+        actions.append(Waiting("", waits))
     return actions
 
 
 def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_active: int,
            verified: int, canaries_active: dict[str, int], committed: float,
-           ghosts: list[QueueJob], ghost_gpu_devices: int) -> list[Action]:
+           ghosts: list[QueueJob], ghost_gpu_devices: int, note_wait: Callable[[str, str], None]) -> list[Action]:
     out: list[Action] = []
     queued = sorted((v.record for rid, v in snap.runs.items()
                      if v.record.state is RunState.queued and rid not in busy),
@@ -464,8 +476,8 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
     if not snap.queue_known:
         # the scheduler cannot be asked: admitting now would only meet the same failure in sbatch,
         # and nothing about the queue is known, so this tick changes nothing it does not have to
-        out.extend(Wait(rec.run_id, "queue UNKNOWN: nothing is admitted until squeue answers")
-                   for rec in queued)
+        for rec in queued:
+            note_wait(rec.run_id, "queue UNKNOWN: nothing is admitted until squeue answers")
         return out
     remaining_target = cfg.target_verified - verified - active
     budget_left = None if cfg.max_spend_usd is None else cfg.max_spend_usd - committed
@@ -559,7 +571,7 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
                 if budget_left is not None and allocation is not None:
                     budget_left -= allocation
                 continue
-        out.append(Wait(rec.run_id, hold or wait or "not admitted"))
+        note_wait(rec.run_id, hold or wait or "not admitted")
         if hold != rec.hold_reason and (hold is not None or rec.hold_reason is not None):
             out.append(SetHold(rec.run_id, rec, hold))
     return out

@@ -88,6 +88,13 @@ class DaytonaProvider:
             raise SandboxError(f"no Daytona API key (set {api_key_env} or api_key_file)", error_class="config",
                                field="provider")
         self.api_url = api_url or os.environ.get("DAYTONA_API_URL") or "https://app.daytona.io/api"
+        # what a receipt records so `sweep reconcile` can reach the same account: no secret, only
+        # where the key is (a file path or a variable name)
+        self.receipt_options: dict[str, str] = {"api_url": self.api_url, "target": target}
+        if api_key_file is not None:
+            self.receipt_options["api_key_file"] = str(api_key_file)
+        else:
+            self.receipt_options["api_key_env"] = api_key_env
         self.create_timeout_s = create_timeout_s
         try:
             self.client = Daytona(DaytonaConfig(api_key=key, api_url=self.api_url, target=target))

@@ -12,8 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sweep.scheduler.slurm.client import SlurmCallFailed, client_env, run_client
+
+if TYPE_CHECKING:
+    from sweep.models.lanes import SchedulerSettings
 
 DEFAULT_MESSAGE_TIMEOUT_S = 10.0     # Slurm's default MessageTimeout
 
@@ -66,7 +70,7 @@ class Finding:
     message: str
 
 
-def check_lanes(scheduler_settings, needs_gpu_lane: bool, max_gpus: int, facts: ClusterFacts) -> list[Finding]:
+def check_lanes(scheduler_settings: SchedulerSettings, needs_gpu_lane: bool, max_gpus: int, facts: ClusterFacts) -> list[Finding]:
     """Lanes against what the cluster said (empty if it could not be asked: see facts.problems)."""
     out: list[Finding] = []
     if facts.problems and not facts.partitions:

@@ -1,0 +1,250 @@
+"""The Modal provider: remote sandboxes through the `modal` SDK (`pip install 'sweep[modal]'`).
+
+Imported only when a plan or `sweep reconcile` names `modal` (the lazy registry).
+
+- One explicit client per provider instance (`modal.Client.from_credentials` with a token read
+  from files or named environment variables), never the process-wide `Client.from_env`.
+- Sandboxes live in one Modal app per campaign (`sweep-<campaign>`), are created with a
+  keep-alive entrypoint and the sweep tags at create time, and always carry Modal's `timeout`
+  (hard lifetime) and `idle_timeout`. `MODAL_MAX_THROTTLE_WAIT` is set (if unset) so throttling
+  surfaces as ResourceExhaustedError instead of retrying forever.
+- Create is idempotent on the name: AlreadyExistsError -> `Sandbox.from_name`, accepted only when
+  its instance tag is ours.
+- Errors: ResourceExhaustedError -> throttle; ConnectionError, ServiceError, InternalError ->
+  outage; AuthError, PermissionDeniedError -> config; everything else -> failure.
+- Exit 137 after OUR terminate is reported as terminated, not as an out-of-memory kill: ids we
+  asked to terminate are remembered before the call (`terminated_by_us`).
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import modal
+import modal.exception as mexc
+
+from sweep.providers.base import (SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo, SandboxSpec,
+                                  TerminateOutcome, check_tags, sandbox_name)
+
+TAIL_CHARS = 16_384
+_ENV_LOCK = threading.Lock()
+UPLOAD_NAME = ".sweep-upload.tar.gz"
+DOWNLOAD_NAME = ".sweep-download.tar.gz"
+
+
+def classify(exc: BaseException) -> str:
+    if isinstance(exc, mexc.ResourceExhaustedError):
+        return "throttle"
+    if isinstance(exc, (mexc.AuthError, mexc.PermissionDeniedError)):
+        return "config"
+    if isinstance(exc, (mexc.ConnectionError, mexc.ServiceError, mexc.InternalError)):
+        return "outage"
+    return "failure"
+
+
+def _read_secret(file: str | os.PathLike[str] | None, env: str, what: str) -> str:
+    if file is not None:
+        try:
+            value = Path(file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise SandboxError(f"cannot read the Modal {what}: {exc.strerror or exc}", error_class="config",
+                               path=file) from None
+    else:
+        value = os.environ.get(env, "").strip()
+    if not value:
+        raise SandboxError(f"no Modal {what} (set {env} or give its file)", error_class="config", field="provider")
+    return value
+
+
+class ModalProvider:
+    name = "modal"
+    environment_fidelity = "container"
+    isolation = "container"
+
+    def __init__(self, *, app_name: str = "sweep", server_url: str | None = None,
+                 token_id_file: str | None = None, token_secret_file: str | None = None,
+                 token_id_env: str = "MODAL_TOKEN_ID", token_secret_env: str = "MODAL_TOKEN_SECRET",  # noqa: S107 (names, not values)
+                 max_throttle_wait_s: int = 300) -> None:
+        token_id = _read_secret(token_id_file, token_id_env, "token id")
+        token_secret = _read_secret(token_secret_file, token_secret_env, "token secret")
+        os.environ.setdefault("MODAL_MAX_THROTTLE_WAIT", str(max_throttle_wait_s))
+        self.app_name = app_name
+        self.server_url = server_url
+        self.receipt_options: dict[str, Any] = {"app_name": app_name}
+        if server_url:
+            self.receipt_options["server_url"] = server_url
+        self.receipt_options.update({"token_id_file": token_id_file} if token_id_file else {"token_id_env": token_id_env})
+        self.receipt_options.update({"token_secret_file": token_secret_file} if token_secret_file
+                                    else {"token_secret_env": token_secret_env})
+        self.terminated_by_us: set[str] = set()
+        try:
+            with _ENV_LOCK:     # the SDK reads the server URL from its config when the client is made
+                old = os.environ.get("MODAL_SERVER_URL")
+                if server_url:
+                    os.environ["MODAL_SERVER_URL"] = server_url
+                try:
+                    self.client = modal.Client.from_credentials(token_id, token_secret)
+                finally:
+                    if server_url:
+                        if old is None:
+                            os.environ.pop("MODAL_SERVER_URL", None)
+                        else:
+                            os.environ["MODAL_SERVER_URL"] = old
+        except mexc.Error as exc:
+            raise self._error("cannot connect a Modal client", exc) from None
+        self._app: Any = None
+
+    def _error(self, what: str, exc: BaseException) -> SandboxError:
+        return SandboxError(f"modal: {what}: {str(exc)[:300]}", error_class=classify(exc),
+                            evidence=f"{type(exc).__name__}: {str(exc)[:300]}")
+
+    def _call(self, what: str, fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
+        try:
+            return fn(*a, **kw)
+        except mexc.Error as exc:
+            raise self._error(what, exc) from None
+
+    def app(self) -> Any:
+        if self._app is None:
+            self._app = self._call("look up the app", modal.App.lookup, self.app_name, create_if_missing=True,
+                                   client=self.client)
+        return self._app
+
+    def create(self, spec: SandboxSpec) -> SandboxHandle:
+        check_tags(spec.tags)
+        if spec.dockerfile is not None:
+            image = modal.Image.from_dockerfile(str(spec.dockerfile), context_dir=str(Path(spec.dockerfile).parent))
+        else:
+            image = modal.Image.from_registry(spec.image or "python:3.12-slim")
+        gpu = None
+        if spec.gpu is not None:
+            gpu = f"{spec.gpu.type or 'any'}:{spec.gpu.count}"
+        try:
+            sb = modal.Sandbox.create(
+                "sleep", "infinity", app=self.app(), image=image, client=self.client, name=spec.name,
+                tags=dict(spec.tags), timeout=int(spec.timeout_s),
+                idle_timeout=int(spec.idle_timeout_s) if spec.idle_timeout_s else None,
+                cpu=float(spec.cpu), memory=int(spec.memory_mb), gpu=gpu, env=dict(spec.env) or None)
+        except mexc.AlreadyExistsError:
+            # a retried create after a lost answer: the name is ours only if a sandbox with our
+            # instance tag and this name is running
+            mine = [i for i in self.list_by_tags({"sweep.instance": spec.tags["sweep.instance"]})]
+            if len(mine) != 1:
+                raise SandboxError(f"modal: the name {spec.name} is taken by another sandbox",
+                                   error_class="failure") from None
+            return SandboxHandle(provider=self.name, sandbox_id=mine[0].sandbox_id, name=spec.name,
+                                 tags=dict(spec.tags))
+        except mexc.Error as exc:
+            raise self._error("create failed", exc) from None
+        return SandboxHandle(provider=self.name, sandbox_id=sb.object_id, name=spec.name, tags=dict(spec.tags))
+
+    def _sandbox(self, sandbox_id: str) -> Any:
+        return self._call("find the sandbox", modal.Sandbox.from_id, sandbox_id, client=self.client)
+
+    def exec(self, handle: SandboxHandle, argv: list[str], *, cwd: str | None = None,
+             env: dict[str, str] | None = None, stdin: bytes | None = None, timeout_s: float,
+             on_output: Callable[[str], None] | None = None) -> SandboxExecResult:
+        sb = self._sandbox(handle.sandbox_id)
+        start = time.monotonic()
+        try:
+            p = sb.exec(*argv, workdir=cwd, env=env or None, timeout=max(1, math.ceil(timeout_s)), text=True)
+            if stdin is not None:
+                p.stdin.write(stdin)
+                p.stdin.write_eof()
+                p.stdin.drain()
+            out: list[str] = []
+            for chunk in p.stdout:            # streamed as it arrives
+                out.append(chunk)
+                if on_output is not None:
+                    on_output(chunk)
+            err = p.stderr.read()
+            rc = p.wait()
+        except mexc.Error as exc:
+            raise self._error("exec failed", exc) from None
+        stdout = "".join(out)
+        timed_out = rc == -1                  # the SDK reports its exec deadline as -1, not an exception
+        if rc == 137 and handle.sandbox_id in self.terminated_by_us:
+            err = (err or "") + "\n[sweep] exit 137 after our own terminate: not an out-of-memory kill"
+        return SandboxExecResult(rc=None if timed_out else rc, timed_out=timed_out,
+                                 duration_s=time.monotonic() - start, stdout_tail=stdout[-TAIL_CHARS:],
+                                 stderr_tail=(err or "")[-TAIL_CHARS:])
+
+    def upload_archive(self, handle: SandboxHandle, local_dir: Path, remote_dir: str) -> None:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            tar.add(str(local_dir), arcname=".")
+        sb = self._sandbox(handle.sandbox_id)
+        remote = f"{remote_dir.rstrip('/')}/{UPLOAD_NAME}"
+        mk = self.exec(handle, ["mkdir", "-p", remote_dir], timeout_s=60)
+        if mk.rc != 0:
+            raise SandboxError(f"modal: cannot make {remote_dir}: {mk.stderr_tail[-300:]}", error_class="failure")
+        self._call("upload the workspace", sb.filesystem.write_bytes, buf.getvalue(), remote)
+        r = self.exec(handle, ["bash", "-c", f"tar -xzf {UPLOAD_NAME} && rm -f {UPLOAD_NAME}"], cwd=remote_dir,
+                      timeout_s=600)
+        if r.rc != 0:
+            raise SandboxError(f"modal: unpacking the workspace failed: {r.stderr_tail[-500:]}", error_class="failure")
+
+    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path) -> None:
+        r = self.exec(handle, ["bash", "-c", f"tar --exclude=./{DOWNLOAD_NAME} -czf {DOWNLOAD_NAME} ."],
+                      cwd=remote_dir, timeout_s=600)
+        if r.rc != 0:
+            raise SandboxError(f"modal: packing the workspace failed: {r.stderr_tail[-500:]}", error_class="failure")
+        sb = self._sandbox(handle.sandbox_id)
+        data = self._call("download the workspace", sb.filesystem.read_bytes,
+                          f"{remote_dir.rstrip('/')}/{DOWNLOAD_NAME}")
+        local_dir.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(local_dir, filter="data")
+        self.exec(handle, ["rm", "-f", DOWNLOAD_NAME], cwd=remote_dir, timeout_s=60)
+
+    def terminate(self, handle: SandboxHandle) -> str:
+        self.terminated_by_us.add(handle.sandbox_id)     # before the call: a 137 from here on is ours
+        try:
+            sb = modal.Sandbox.from_id(handle.sandbox_id, client=self.client)
+        except mexc.NotFoundError:
+            return TerminateOutcome.ALREADY_GONE
+        except mexc.Error as exc:
+            raise self._error("find the sandbox to terminate", exc) from None
+        try:
+            sb.terminate()
+        except mexc.NotFoundError:
+            return TerminateOutcome.ALREADY_GONE
+        except mexc.Error as exc:
+            raise self._error("terminate failed", exc) from None
+        try:   # confirm: Modal lists running sandboxes only
+            still = [i for i in self.list_by_tags({"sweep.instance": handle.tags["sweep.instance"]})
+                     if i.sandbox_id == handle.sandbox_id]
+        except SandboxError:
+            return TerminateOutcome.REQUESTED
+        return TerminateOutcome.REQUESTED if still else TerminateOutcome.CONFIRMED
+
+    def list_by_tags(self, tags: dict[str, str]) -> list[SandboxInfo]:
+        """Running sandboxes of this provider's app with at least these tags (re-checked here)."""
+        app = self.app()
+        found = self._call("list sandboxes", lambda: list(modal.Sandbox.list(app_id=app.app_id, tags=dict(tags),
+                                                                               client=self.client)))
+        out = []
+        for sb in found:
+            t = self._call("read sandbox tags", sb.get_tags)
+            if any(t.get(k) != v for k, v in tags.items()):
+                continue
+            out.append(SandboxInfo(sandbox_id=sb.object_id, name=sandbox_name(t) if _complete(t) else sb.object_id,
+                                   tags=dict(t), state="running"))
+        return out
+
+
+def _complete(tags: dict[str, str]) -> bool:
+    try:
+        check_tags(tags)
+    except ValueError:
+        return False
+    return True
+
+
+__all__ = ["ModalProvider", "classify"]

@@ -31,7 +31,7 @@ _counter = itertools.count(1)
 
 def _own_cgroups() -> dict[str, str]:
     """controller -> our path in its hierarchy, from /proc/self/cgroup ("" key = cgroup v2)."""
-    out = {}
+    out: dict[str, str] = {}
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:

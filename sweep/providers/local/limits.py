@@ -12,7 +12,7 @@ What enforces each bound of `Limits` (recorded per run in `ExecResult.limits_enf
 - workspace bytes: polled from outside every second by the provider (apparent size, so a sparse
   file counts at its full size); the run is stopped when it is exceeded.
 The child joins the cgroup before it execs (`preexec`), so nothing it forks escapes the bound.
-A crash leaves an empty `sweep-PID-N` cgroup behind at worst; the next run does not reuse it.
+A crash leaves an empty `sweep-PID-N` cgroup behind at worst; the next run on the host removes it.
 """
 from __future__ import annotations
 
@@ -53,6 +53,25 @@ def _write(path: Path, value: str) -> bool:
         return False
 
 
+def _reap_stale(parent: Path) -> None:
+    """Remove the empty cgroups a killed controller left (`sweep-PID-N` whose PID is gone); a cgroup
+    still holding a process cannot be removed, so nothing running is touched."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "sweep" or not parts[1].isdigit() or int(parts[1]) == os.getpid():
+            continue
+        if Path(f"/proc/{parts[1]}").exists():
+            continue
+        try:
+            (parent / name).rmdir()
+        except OSError:
+            pass
+
+
 class Bounds:
     """The bounds of one run: `prepare()` before the launch, `preexec()` in the child, `finish()`
     after, which also says which bound (if any) was hit."""
@@ -68,6 +87,7 @@ class Bounds:
     def _make(self, key: str, parent: Path) -> Path | None:
         if not parent.is_dir():
             return None
+        _reap_stale(parent)
         path = parent / f"sweep-{os.getpid()}-{next(_counter)}"
         try:
             path.mkdir()

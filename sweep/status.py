@@ -15,6 +15,7 @@ from typing import Any
 from runstate.files import read_model
 from runstate.lease import read_lease_at
 from runstate.markers import read_drain, read_outage
+from sweep.sandbox_marker import read_uncertain
 from runstate.models import PIPELINE_ROLES, RunState, TickReport
 from runstate.runs import runs_root, scan_runs
 from sweep import textsafe
@@ -133,6 +134,7 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
             "runs": listing.run_count, "counts": counts, "outcomes": outcomes,
             "corrupt": listing.corrupt, "tick": tick, "interval_s": interval_s,
             "draining": draining, "drain": drain_info, "cooldowns": cooldowns,
+            "sandboxes_uncertain": read_uncertain(campaign_dir),
             "active": active, "held": held, "errors": errors, "ended": ended,
             "held_leases": held_leases, "attempts_spent": attempts_spent,
             "interruptions": interruptions, "interrupted_by": interrupted_by,
@@ -240,6 +242,9 @@ def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False
         elif tick.get("accounting") == "unknown":
             out.append(f"  accounting: UNKNOWN ({tick.get('accounting_error')}): vanished jobs are judged "
                        "on a later tick")
+    if st.get("sandboxes_uncertain"):
+        out.append(f"admission stopped: remote sandboxes uncertain ({st['sandboxes_uncertain']}); "
+                   "run `sweep reconcile`")
     if st["draining"]:
         d = st["drain"]
         why = f" — reason: {d['reason']}" if d and d.get("reason") else ""

@@ -43,6 +43,8 @@ def reconcile(campaign: str | None, dry_run: bool) -> None:
     if not any((rep.terminated, rep.unconfirmed, rep.settled_gone, rep.left_live, rep.left_unowned,
                 rep.unreadable, rep.errors)):
         click.echo("nothing to reconcile: no open sandbox receipt")
+    if rep.cleared_marker:
+        click.echo("marker cleared: the tick admits runs again")
     if rep.uncertain:
         next_step(f"sweep reconcile --campaign {d}   (again, once the provider answers)")
         raise SystemExit(1)

@@ -29,8 +29,12 @@ from typing import Any, Callable, Iterator
 
 from runstate.atomic import make_private_dir, write_atomic
 from runstate.errors import StateError
+from sweep.sandbox_marker import UNCERTAIN_FILE, clear_uncertain, mark_uncertain, read_uncertain
 from sweep.providers.base import (TAG_KEYS, SandboxError, SandboxHandle, SandboxProvider, SandboxSpec,
                                   TerminateOutcome, check_tags, sandbox_name)
+
+__all__ = ["UNCERTAIN_FILE", "clear_uncertain", "mark_uncertain", "read_uncertain", "reconcile",
+           "create_with_receipt", "terminate_with_receipt", "has_open_receipts", "Receipt"]
 
 RECEIPTS_DIR = "sandboxes"
 OPEN_STATES = ("requested", "created", "terminate_requested")
@@ -109,9 +113,27 @@ def terminate_with_receipt(provider: SandboxProvider, handle: SandboxHandle, run
     path = receipt_path(run_dir, handle.tags["sweep.instance"])
     r = read_receipt(path)
     outcome = provider.terminate(handle)
+    if outcome == TerminateOutcome.REQUESTED:
+        mark_uncertain(Path(run_dir).parent.parent, f"terminate of {handle.name} not confirmed")
     settle(run_dir, r, "terminate_requested" if outcome == TerminateOutcome.REQUESTED else "terminated",
            f"terminate: {outcome}")
     return outcome
+
+
+# the campaign marker lives in sweep/sandbox_marker.py (import-light: `sweep status` reads it)
+
+
+def has_open_receipts(run_dir: Path) -> bool:
+    d = Path(run_dir) / RECEIPTS_DIR
+    if not d.is_dir():
+        return False
+    for p in d.glob("*.json"):
+        try:
+            if read_receipt(p).state in OPEN_STATES:
+                return True
+        except StateError:
+            return True
+    return False
 
 
 def settle(run_dir: Path, r: Receipt, state: str, note: str) -> None:
@@ -141,6 +163,7 @@ class ReconcileReport:
     unreadable: list[str] = field(default_factory=list)          # receipt files that could not be read
     errors: list[str] = field(default_factory=list)              # provider problems (nothing settled for it)
     refused: str | None = None                                   # why nothing was done (queue UNKNOWN)
+    cleared_marker: bool = False                                 # the campaign marker was removed
 
     @property
     def uncertain(self) -> bool:
@@ -210,6 +233,11 @@ def reconcile(campaign_dir: Path, campaign_id: str, *, queue_known: bool, live_j
             if not dry_run:
                 settle(run_dir, r, "gone", f"reconcile: not listed by {pname}; job {r.job_id} dead")
             rep.settled_gone.append(r.name)
+    if not dry_run:
+        if rep.uncertain:
+            mark_uncertain(campaign_dir, "reconcile could not settle every sandbox; run `sweep reconcile` again")
+        else:
+            rep.cleared_marker = clear_uncertain(campaign_dir)
     return rep
 
 

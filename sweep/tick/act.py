@@ -83,6 +83,7 @@ class Actor:
         self.lanes: dict[str, LaneBackoff] = dict(lanes or {})
         self._lanes_changed = False
         self._refused_lanes: dict[str, str] = {}       # lane -> message, refused during this tick
+        self._sandboxes_uncertain: str | None = None    # raised during this tick (plan predates it)
         self._ghosts_to_cancel: list[CancelGhost] = []
         self._ghost_memory: GhostsFile | None = None
 
@@ -127,6 +128,7 @@ class Actor:
         self.done.append({"kind": "reap", "run_id": a.run_id, "detail": a.why if ok else "lease changed; kept"})
         if ok:
             self._event(a.run_id, "lease_reaped", detail=a.why)
+            self._flag_open_sandboxes(a.run_id)
 
     def _do_giveupsubmission(self, a: GiveUpSubmission) -> None:
         rec = self._fresh(a)
@@ -149,7 +151,17 @@ class Actor:
         if a.lease is not None:
             reap_lease(rdir, a.lease)
         tidy_lease_strays(rdir, keep_lease=False)
+        self._flag_open_sandboxes(a.run_id)
         return rec, rdir
+
+    def _flag_open_sandboxes(self, run_id: str) -> None:
+        """A dead controller's remote sandboxes may live on: stop admission until `sweep reconcile`."""
+        from sweep.providers.receipts import has_open_receipts
+        from sweep.sandbox_marker import mark_uncertain
+        if has_open_receipts(run_dir(self.dir, run_id)):
+            why = f"run {run_id}'s controller died with open sandbox receipts"
+            mark_uncertain(self.dir, why)
+            self._sandboxes_uncertain = why
 
     def _do_requeue(self, a: Requeue) -> None:
         taken = self._take_back(a)
@@ -221,6 +233,11 @@ class Actor:
             # the lane refused a submission a moment ago: the other lanes go on, this one waits
             self.waiting.setdefault(f"lane {a.lane} refused a submission this tick: "
                                     f"{self._refused_lanes[a.lane]}", []).append(a.run_id)
+            return
+        if self._sandboxes_uncertain is not None:
+            # raised by this very tick, after the plan was made: the plan's admissions wait too
+            self.waiting.setdefault(f"remote sandboxes uncertain ({self._sandboxes_uncertain}): no admissions "
+                                    "until `sweep reconcile`", []).append(a.run_id)
             return
         rec = self._fresh(a)
         if rec is None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from runstate.files import read_model
 from runstate.lease import read_lease_at
 from runstate.markers import is_draining, read_outage
+from sweep.sandbox_marker import read_uncertain
 from runstate.models import PIPELINE_ROLES, RunState, SpendLedger
 from runstate.paths import SPEND_FILE
 from runstate.runs import RunScan, runs_root, scan_runs
@@ -63,7 +64,8 @@ def observe(campaign_dir: Path, scheduler: Scheduler, *, full: bool = False) -> 
     from sweep.tick.act import read_ghosts, read_lane_backoff
     ended = ask_end_states(scheduler, vanished_jobs(queue.known, jobs, runs))
     snap = Snapshot(now=now, queue_known=queue.known, queue=jobs, runs=runs,
-                    draining=is_draining(campaign_dir), stamps=stamps, capacity=scheduler.capacity(),
+                    draining=is_draining(campaign_dir), sandboxes_uncertain=read_uncertain(campaign_dir),
+                    stamps=stamps, capacity=scheduler.capacity(),
                     ghosts_seen=read_ghosts(campaign_dir).jobs, lanes=read_lane_backoff(campaign_dir),
                     corrupt_runs=frozenset(scan.corrupt),
                     end_states=ended.states, accounting=accounting_word(ended),

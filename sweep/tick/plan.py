@@ -59,6 +59,7 @@ class Snapshot:
     queue: dict[str, QueueJob]                 # job id -> job (this campaign's only)
     runs: dict[str, RunView]
     draining: bool = False
+    sandboxes_uncertain: str | None = None     # why remote sandboxes may be orphaned (receipts.py marker)
     stamps: dict[str, OutageStamp] = field(default_factory=dict)   # role -> latest stamp (active or not)
     capacity: dict[str, int | None] = field(default_factory=dict)  # lane -> devices/slots, None = unknown
     ghosts_seen: dict[str, GhostJob] = field(default_factory=dict)  # job id -> first sighting (ghosts.json)
@@ -511,6 +512,8 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
         if hold is None:
             if snap.draining:
                 wait = "draining: no admissions until `sweep undrain`"
+            elif snap.sandboxes_uncertain:
+                wait = f"remote sandboxes uncertain ({snap.sandboxes_uncertain}): no admissions until `sweep reconcile`"
             elif remaining_target <= 0:
                 wait = (f"target reached: {verified} verified + {active} running >= target_verified "
                         f"{cfg.target_verified}")

@@ -26,7 +26,7 @@ class LocalSandboxes:
     name = "local"
     environment_fidelity = "host"
 
-    def __init__(self, root: str | Path, isolation: str = "auto") -> None:
+    def __init__(self, root: str | Path, isolation: str = "bwrap") -> None:
         from sweep.providers.local import LocalProvider
         self.root = make_private_dir(Path(root))
         self.local = LocalProvider(isolation=isolation)

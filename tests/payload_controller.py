@@ -52,6 +52,12 @@ def main() -> int:
     print(f"payload {args.run_id}: job {job_id} running", flush=True)
     if cfg.get("hang"):
         time.sleep(3600)
+    # A test that must observe the run while it is active holds it with a file, not a race
+    # against a short sleep (a loaded machine finishes the sleep before the test looks).
+    hold = Path(args.campaign) / "payload.hold"
+    hold_deadline = time.time() + 120
+    while hold.exists() and time.time() < hold_deadline:
+        time.sleep(0.1)
     time.sleep(float(cfg.get("sleep", 0.5)))
     outcome = cfg.get("outcome", "verified")
     save_record(rdir, rec.model_copy(update={"state": RunState.ended, "outcome": outcome,

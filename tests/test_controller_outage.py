@@ -100,6 +100,8 @@ def test_an_author_outage_parks_runs_stamps_only_the_author_and_a_canary_ends_it
 
     # a successful author session clears the stamp
     wait_until("the canary's author session to clear the stamp", lambda: not outage_path(d, "author").exists(), 60)
+    # the stamp is removed before the event is appended: wait for the event, then check it is the only one
+    wait_until("the cooldown_cleared event", lambda: count(events(d, runs[2]), "cooldown_cleared") >= 1, 30)
     assert count(events(d, runs[2]), "cooldown_cleared") == 1
     deadline = time.monotonic() + 120
     while record(d, runs[3]).state is not RunState.ended or record(d, runs[2]).state is not RunState.ended:

@@ -131,7 +131,7 @@ def test_sigkill_in_a_phase_resumes_there_without_repeating_finished_phases(phas
         killed_job = kill_controller_group(d, run_id)
         # nothing the killed controller started survives it (sessions and trials run in bubblewrap
         # with --die-with-parent here)
-        wait_until("no process left working in the run directory", lambda: not processes_under(rdir), 10)
+        wait_until("no process left working in the run directory", lambda: not processes_under(rdir), 30)
         release()
 
         out = sweep("tick", "--campaign", str(d), env=env).stdout

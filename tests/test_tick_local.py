@@ -86,9 +86,11 @@ def test_ticks_run_a_campaign_to_the_end_within_max_parallel(campaign):
 
 def test_target_verified_stops_admission(campaign):
     d = campaign(payload_plan(5, target=2, max_parallel=4, scheduler={"local": {"cpu_slots": 4}}))
+    (d / "payload.hold").touch()          # the admitted runs stay active until the test has looked
     sweep("tick", "--campaign", str(d))
     st = status_json(d)
     assert st["counts"]["active"] == 2
+    (d / "payload.hold").unlink()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and status_json(d)["outcomes"].get("verified", 0) < 2:
         sweep("tick", "--campaign", str(d))
@@ -120,13 +122,14 @@ def test_cancelled_controllers_come_back_with_an_attempt_and_end_max_attempted(c
 
 def test_drain_admits_nothing_then_reports_drained(campaign):
     d = campaign(payload_plan(4, max_parallel=2))
-    (d / "payload.json").write_text(json.dumps({"sleep": 1.5}))
+    (d / "payload.hold").touch()          # both runs stay active until drain and status have looked
     sweep("tick", "--campaign", str(d))
     assert status_json(d)["counts"]["active"] == 2
     out = sweep("drain", "--reason", "runtime upgrade", "--campaign", str(d)).stdout
     assert "next:" in out
     text = sweep("status", "--campaign", str(d)).stdout
     assert "draining (2 active" in text and "reason: runtime upgrade" in text
+    (d / "payload.hold").unlink()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         sweep("tick", "--campaign", str(d))

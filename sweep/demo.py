@@ -23,7 +23,7 @@ PANEL = [
 ]
 
 
-def build_panel(root: Path, *, scheduler: dict | None = None) -> Path:
+def build_panel(root: Path, *, scheduler: dict | None = None, isolation: str = "bwrap") -> Path:
     """Sample repositories + plan.toml under `root`; returns the plan path (reused if present).
 
     `scheduler` replaces the plan's `[scheduler]` table (default: the local backend), e.g. to run
@@ -50,6 +50,7 @@ def build_panel(root: Path, *, scheduler: dict | None = None) -> Path:
             "defaults": {"provider": "local", "quality": {"max_repairs": 1, "gate_repeats": 2}},
             "scheduler": scheduler or {"backend": "local"},
             "tick": {"interval_minutes": 1},
+            "isolation": isolation,
             "candidates": candidates}
     plan_path.write_text("# The demo campaign's plan (written by `sweep demo`).\n" + dumps(plan))
     return plan_path
@@ -60,8 +61,17 @@ def stuck_forever(rec) -> bool:
     return rec.state is RunState.queued and bool(rec.hold_reason) and rec.hold_reason.startswith("needs ")
 
 
+def demo_isolation() -> tuple[str, str]:
+    """("bwrap", "") where the sandbox works here; else ("none", why). The demo's PRs are sweep's own
+    sample repositories, so on a machine without bubblewrap the demo writes `isolation = "none"`
+    into its own plan (every report then says so) instead of refusing to show anything."""
+    from sweep.providers.local.bwrap import probe_bwrap
+    exe, why = probe_bwrap()
+    return ("bwrap", "") if exe else ("none", why)
+
+
 def run_demo(root: Path, *, echo: Callable[[str], None] = print, timeout_s: float = 180,
-             pause_s: float = 0.5) -> Path:
+             pause_s: float = 0.5, isolation: str = "bwrap") -> Path:
     from sweep import textsafe
     from sweep.campaign import init_campaign
     from sweep.tick import run_tick
@@ -71,7 +81,7 @@ def run_demo(root: Path, *, echo: Callable[[str], None] = print, timeout_s: floa
         raw_echo(textsafe.line(text))
 
     root = Path(root).resolve()
-    plan_path = build_panel(root)
+    plan_path = build_panel(root, isolation=isolation)
     campaign = root / "campaign"
     result = init_campaign(plan_path, campaign)
     echo(f"panel: {len(PANEL)} pull requests in real git repositories under {root / 'repos'}")

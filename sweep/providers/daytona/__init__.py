@@ -197,7 +197,9 @@ class DaytonaProvider:
         """`remote_dir` packed as one tar.gz in the sandbox and unpacked under `local_dir` (safe
         extraction: no absolute paths, no `..`, no links out)."""
         sb = self._sandbox(handle)
-        pack = f"tar --exclude=./{DOWNLOAD_NAME} -czf {DOWNLOAD_NAME} ."
+        # the archive exists before tar reads ".": creating it mid-read changes the directory, and
+        # GNU tar then exits 1 with "file changed as we read it"
+        pack = f": > {DOWNLOAD_NAME} && tar --exclude=./{DOWNLOAD_NAME} -czf {DOWNLOAD_NAME} ."
         resp = self._call("pack the workspace", sb.process.exec, f"bash -c {shlex.quote(pack)}",
                           cwd=remote_dir, timeout=600)
         if resp.exit_code != 0:

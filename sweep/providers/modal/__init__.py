@@ -191,7 +191,7 @@ class ModalProvider:
             raise SandboxError(f"modal: unpacking the workspace failed: {r.stderr_tail[-500:]}", error_class="failure")
 
     def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path) -> None:
-        r = self.exec(handle, ["bash", "-c", f"tar --exclude=./{DOWNLOAD_NAME} -czf {DOWNLOAD_NAME} ."],
+        r = self.exec(handle, ["bash", "-c", f": > {DOWNLOAD_NAME} && tar --exclude=./{DOWNLOAD_NAME} -czf {DOWNLOAD_NAME} ."],
                       cwd=remote_dir, timeout_s=600)
         if r.rc != 0:
             raise SandboxError(f"modal: packing the workspace failed: {r.stderr_tail[-500:]}", error_class="failure")

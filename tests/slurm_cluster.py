@@ -3,7 +3,7 @@
 Everything lives in one fresh directory under /tmp (config, state, spool, logs, munge socket and
 key, fake GPU device files); nothing under /etc is read or written, and clients find the cluster
 through `SLURM_CONF` only. The measured facts this relies on are in
-/work/shared/research/slurm-local.md; the short version:
+the team's measured notes on a local Slurm; the short version:
 
 - one node `sweepnode` claiming 16 CPUs on a small box (`SlurmdParameters=config_overrides`) and
   4 GPUs whose `File=` entries are symlinks to /dev/null (file-less GPUs are dropped by slurmd,

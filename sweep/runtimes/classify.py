@@ -1,7 +1,7 @@
 """Failure classification from text: outage, throttle, config or an ordinary failure.
 
 Used when a runtime has no structured error event to read (the `command` runtime always; the agent
-CLIs as a fallback; see /work/shared/research/execution.md section 5). The classes decide cooldowns:
+CLIs as a fallback; see docs/agents.md). The classes decide cooldowns:
 throttle (the provider refuses us: 5 min), outage (the provider is down: 45 min), config (keys or
 billing: stop and tell a human), failure (the task or agent: an ordinary failed attempt).
 

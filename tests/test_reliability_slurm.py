@@ -341,3 +341,58 @@ def test_doctor_checks_the_lanes_against_the_cluster(slurm_cluster, tmp_path):
     d2 = _init(tmp_path, payload_plan(1, backend="slurm", scheduler={"lanes": LANES}), env, name="ok")
     r = sweep("doctor", "--no-network", "--campaign", str(d2), env=env, check=False)
     assert r.returncode == 0 and "lanes match" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_a_requeued_job_of_an_indexed_ended_run_holds_its_slot_and_is_not_cancelled_as_a_ghost(
+        slurm_cluster, tmp_path):
+    """The ended-runs index only takes a run whose controller job had left the queue, but Slurm can
+    bring a finished job back under the same id (`scontrol requeue`; a node failure on a lane with
+    `requeue = "slurm"`). The tick reads that run from its files again: the job is the run's own
+    controller, so it keeps its slot while it lives and is never scancelled as a ghost."""
+    from runstate.index import load_index
+    from runstate.runs import save_record
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    lanes = {"cpu": {"partition": "cpu", "time": "10", "requeue": "slurm"},
+             "gpu": {"partition": "gpu", "time": "10"}}
+    plan = payload_plan(2, backend="slurm", max_parallel=1, scheduler={"lanes": lanes},
+                        tick={"ghost_grace_s": 1})
+    d = _init(tmp_path, plan, env)
+    (d / "payload.json").write_text(json.dumps({"sleep": 0, "runs": {"pr-001": {"hang": True}}}))
+    c = load_campaign(d)
+    rdir = run_dir(d, "pr-000")
+    try:
+        sweep("tick", "--campaign", str(d), env=env)
+        rec = _wait(lambda: (r := load_record(rdir).value).state is RunState.ended and r, 60, "pr-000 ended")
+        job = rec.job_id
+        _wait(lambda: job not in [r[0] for r in _live(slurm_cluster, c.job_prefix)], 30, "its job to leave")
+        sweep("drain", "--campaign", str(d), "--reason", "test", env=env)
+        # the run ended long ago (past the tick's stray window): the next tick indexes it
+        save_record(rdir, rec.model_copy(update={"updated": time.time() - 3 * 3600}), touch=False)
+        time.sleep(1.1)                 # the index refuses a state.json changed within a second
+        sweep("tick", "--campaign", str(d), env=env)
+        assert "pr-000" in load_index(d).entries
+        # Slurm brings the finished job back (held, so it stays as long as the test needs it)
+        slurm_cluster.run("scontrol", "requeuehold", job)
+        _wait(lambda: job in [r[0] for r in _live(slurm_cluster, c.job_prefix)], 20, "the requeued job")
+        sweep("undrain", "--campaign", str(d), env=env)
+        for _ in range(2):
+            sweep("tick", "--campaign", str(d), env=env)
+            time.sleep(1.2)             # past ghost_grace_s: a ghost would be cancelled now
+        sweep("tick", "--campaign", str(d), env=env)
+        tick = json.loads((d / "tick.json").read_text())
+        assert tick["ghosts"] == [], tick["ghosts"]
+        assert not [a for a in tick["actions"] if a["kind"] == "cancel_ghost"], tick["actions"]
+        assert "ghost" not in (rdir / "events.jsonl").read_text()
+        assert job in [r[0] for r in _live(slurm_cluster, c.job_prefix)], "the run's own job was cancelled"
+        st = status_json(d, env=env)
+        assert load_record(run_dir(d, "pr-001")).value.state is RunState.queued, "its job holds the only slot"
+        assert any("max_parallel 1" in h["reason"] for h in st["held"]), st["held"]
+        assert st["outcomes"].get("verified") == 1, st["outcomes"]
+        # once it leaves the queue the slot is free again
+        slurm_cluster.run("scancel", job)
+        _wait(lambda: job not in [r[0] for r in _live(slurm_cluster, c.job_prefix)], 30, "the job to leave")
+        sweep("tick", "--campaign", str(d), env=env)
+        assert load_record(run_dir(d, "pr-001")).value.state is RunState.active
+        assert load_record(rdir).value.state is RunState.ended
+    finally:
+        _cancel_all(slurm_cluster, c.job_prefix)

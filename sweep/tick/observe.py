@@ -7,7 +7,9 @@ writing its ending.
 
 Ended runs that the ended-runs index vouches for (runstate/index.py: a stat(2) confirms their
 state.json is the file the ending was read from) are not read at all: the snapshot carries their
-count of verified runs and their final spend, which is all the planner needs of them. After the
+count of verified runs and their final spend, which is all the planner needs of them, unless a
+job of theirs is in the queue (`recall_settled`: then they are read, so their own controller is
+recognised and never taken for a ghost). After the
 tick has acted, `remember_endings` adds the endings it read from files to the index.
 """
 from __future__ import annotations
@@ -22,8 +24,8 @@ from runstate.lease import read_lease_at
 from runstate.markers import is_draining, read_outage
 from sweep.sandbox_marker import read_uncertain
 from runstate.models import PIPELINE_ROLES, RunState, SpendLedger
-from runstate.paths import SPEND_FILE
-from runstate.runs import RunScan, runs_root, scan_runs
+from runstate.paths import SPEND_FILE, STATE_FILE
+from runstate.runs import RunScan, read_record_ident, runs_root, scan_runs
 from sweep.tick.plan import QueueJob, RunView, Snapshot
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ def observe(campaign_dir: Path, scheduler: Scheduler, *, full: bool = False) -> 
     jobs = {jid: QueueJob(jid, info.name, info.gpus) for jid, info in queue.jobs.items()} if queue.known else {}
     scan = scan_runs(campaign_dir, use_index=not full)
     root = os.fspath(runs_root(campaign_dir))
+    recall_settled(scan, jobs, root)
     runs = {}
     for run_id, rec in scan.records.items():
         lease = read_lease_at(f"{root}/{run_id}/lease.json")
@@ -74,6 +77,38 @@ def observe(campaign_dir: Path, scheduler: Scheduler, *, full: bool = False) -> 
     meta = {"squeue_error": queue.error, "corrupt": scan.corrupt,
             "accounting_jobs": len(ended.states) if ended.asked else 0, "scan": scan}
     return snap, meta
+
+
+def recall_settled(scan: RunScan, jobs: dict[str, QueueJob], root: str) -> list[str]:
+    """Read from its files every indexed ended run that has a job in the (known) queue.
+
+    The index only takes a run whose controller job had left a queue read before its files, but a
+    job can come back under the same id (Slurm requeues it: `scontrol requeue`, a node failure of a
+    requeueable job). Without its record the planner could not tell the run's own controller from a
+    ghost and would scancel it; with the record it is recognised, keeps its slot while it lives and
+    is left to exit (the controller refuses to act for an ended run). A job of the run with another
+    token or id is still a ghost. Costs one read per such job (zero on a quiet queue). Returns the
+    run ids read."""
+    if not jobs or not scan.settled:
+        return []
+    from sweep.tick.plan import run_of_job_name
+    recalled = []
+    for job in jobs.values():
+        run_id = run_of_job_name(job.name)
+        if run_id is None or run_id not in scan.settled:
+            continue
+        loaded, ident = read_record_ident(f"{root}/{run_id}/{STATE_FILE}", run_id)
+        if loaded.value is None:
+            if loaded.missing:
+                continue          # the run directory went away: its job is a ghost
+            scan.corrupt[run_id] = loaded.problem or "unreadable"
+        else:
+            scan.records[run_id] = loaded.value
+            if ident is not None:
+                scan.idents[run_id] = ident
+        del scan.settled[run_id]
+        recalled.append(run_id)
+    return recalled
 
 
 def vanished_jobs(queue_known: bool, jobs: dict[str, QueueJob], runs: dict[str, RunView]) -> list[str]:

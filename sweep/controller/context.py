@@ -24,7 +24,8 @@ from runstate.models import EndReason, Event, Outcome, RunRecord, RunState
 from runstate.runs import append_event, load_record, save_record
 from sweep import textsafe
 from sweep.controller.budget import Budget
-from sweep.models.plan import CampaignFile, FrozenCandidate
+from sweep.campaign import Campaign
+from sweep.models.plan import FrozenCandidate
 from sweep.redact import Redactor
 
 
@@ -66,10 +67,8 @@ class AttemptFailed(Exception):
 
 @dataclass
 class Ctx:
-    campaign_dir: Path
-    campaign: CampaignFile
-    rdir: Path
-    run_id: str
+    campaign: Campaign                 # the campaign's directory and its campaign.toml, one handle
+    paths: RunPaths                    # this run's directory and its files
     token: str
     job_id: str
     record: RunRecord
@@ -83,9 +82,8 @@ class Ctx:
     provider_cache: Any = field(default=None, repr=False)   # the sandbox provider, probed once per job
 
     @property
-    def paths(self) -> RunPaths:
-        """The run directory's files (runstate.paths)."""
-        return RunPaths.at(self.rdir)
+    def run_id(self) -> str:
+        return self.paths.run_id
 
     def evidence_path(self, kind: str, revision: int) -> Path:
         """evidence/<kind>-rNNNN.json, its folder created (0700) if needed."""
@@ -98,22 +96,22 @@ class Ctx:
 
     def event(self, kind: str, **kw: Any) -> None:
         kw = Redactor().scrub_obj(kw)      # details quote agents and tests: no secret in events.jsonl
-        append_event(self.rdir, Event(run_id=self.run_id, kind=kind, by=f"job:{self.job_id}", **kw))
+        append_event(self.paths.dir, Event(run_id=self.run_id, kind=kind, by=f"job:{self.job_id}", **kw))
 
     def save(self, **update: Any) -> RunRecord:
         """Write the record, but only while it is still ours (same job, not ended by someone else)."""
         redactor = Redactor()     # last_error and checkpoints quote agents and tests
         update = {k: redactor.scrub_obj(v) if isinstance(v, (str, dict)) else v for k, v in update.items()}
-        current = load_record(self.rdir).value
+        current = load_record(self.paths.dir).value
         if current is None or current.job_id != self.job_id or current.state is not RunState.active:
-            raise LeaseLost(f"state.json no longer names job {self.job_id}", path=self.rdir)
-        self.record = save_record(self.rdir, current.model_copy(update=update))
+            raise LeaseLost(f"state.json no longer names job {self.job_id}", path=self.paths.dir)
+        self.record = save_record(self.paths.dir, current.model_copy(update=update))
         return self.record
 
 
 def clear_cooldown_after_success(ctx: Ctx, role: str) -> None:
     """A successful session of a role whose cooldown has passed ends the canary period."""
-    stamp = read_outage(ctx.campaign_dir, role)
+    stamp = read_outage(ctx.campaign.dir, role)
     if stamp.value is not None and not stamp.value.is_active(time.time()):
         try:
             Path(stamp.path).unlink()

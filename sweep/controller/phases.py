@@ -60,15 +60,15 @@ def _limits(ctx: Ctx):
 def _roles(ctx: Ctx) -> tuple[dict[str, Any], dict[str, str]]:
     if ctx.roles_cache is None:
         from roles import load_roles_dir, manifest_sha256
-        specs = load_roles_dir(ctx.campaign_dir / "roles")
-        shas = {name: manifest_sha256(ctx.campaign_dir / "roles" / f"{name}.toml") for name in specs}
+        specs = load_roles_dir(ctx.campaign.dir / "roles")
+        shas = {name: manifest_sha256(ctx.campaign.dir / "roles" / f"{name}.toml") for name in specs}
         ctx.roles_cache = (specs, shas)
     return ctx.roles_cache
 
 
 def _source(ctx: Ctx) -> dict:
     from sweep.controller.intake import load_source
-    src = load_source(ctx.rdir)
+    src = load_source(ctx.paths.dir)
     if src is None:
         raise AttemptFailed("source.json is missing or fails its checksum; intake will run again")
     return src
@@ -224,7 +224,7 @@ def intake(ctx: Ctx):
     if fc.pr_key.lower() in prior or (fc.candidate.url or "").lower() in prior or fc.run_id in prior:
         raise Ending(Outcome.blocked, EndReason.duplicate, f"{fc.pr_key} is in the plan's prior_verified")
     try:
-        src = take_in(ctx.rdir, fc, GithubSettings.for_campaign(ctx.campaign.settings) if fc.candidate.url else None)
+        src = take_in(ctx.paths.dir, fc, GithubSettings.for_campaign(ctx.campaign.settings) if fc.candidate.url else None)
     except IntakeFailed as exc:
         raise Ending(Outcome.blocked, EndReason.intake_failed, str(exc)) from None
     except IntakeTransient as exc:

@@ -12,10 +12,10 @@ import orjson
 from runstate.errors import SweepError
 from runstate.lease import LeaseLost, hand_over_lease, heartbeat_lease, read_lease, release_lease
 from runstate.markers import is_draining, stamp_outage
-from runstate.models import EndReason, Outcome, Phase, RunRecord, RunState, truncate
-from runstate.runs import load_record, run_dir
+from runstate.models import EndReason, Outcome, Phase, RunRecord, RunState, truncate, validate_run_id
+from runstate.runs import load_record
 from sweep import proc
-from sweep.campaign import load_campaign, load_candidate
+from sweep.campaign import Campaign, load_candidate
 from sweep.redact import Redactor
 from sweep.controller.budget import Budget
 from sweep.controller.context import AttemptFailed, Ctx, Ending, ExitCode, Interrupted, Park
@@ -48,7 +48,7 @@ class Heartbeat(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
             try:
-                heartbeat_lease(self.ctx.rdir, token=self.ctx.token, job_id=self.ctx.job_id)
+                heartbeat_lease(self.ctx.paths.dir, token=self.ctx.token, job_id=self.ctx.job_id)
             except LeaseLost as exc:
                 self.ctx.lease_lost = True
                 self.ctx.stop_reason = f"lease lost: {exc}"
@@ -68,11 +68,12 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
     if not job_id:
         raise SweepError("SWEEP_JOB_ID is not set: the controller runs only as a job the tick submitted",
                          hint="use `sweep tick`, not `sweep controller` by hand")
-    campaign = load_campaign(campaign_dir)
+    campaign = Campaign.load(campaign_dir)
     from sweep.credentials import register_known_secrets
     register_known_secrets(campaign.settings)      # every stored text is scrubbed of them from now on
-    rdir = run_dir(campaign_dir, run_id)
-    runtime_sha = check_runtime(campaign_dir)            # refuses a runtime other than the frozen one
+    paths = campaign.run(validate_run_id(run_id))
+    rdir = paths.dir
+    runtime_sha = check_runtime(campaign.dir)            # refuses a runtime other than the frozen one
 
     view = read_lease(rdir)
     if view is None or view.lease is None or view.lease.token != token:
@@ -90,7 +91,7 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
         return ExitCode.never_recorded
 
     budget = Budget(rdir, run_id, record.allocation_usd)
-    ctx = Ctx(campaign_dir, campaign, rdir, run_id, token, job_id, record, budget, load_candidate(rdir))
+    ctx = Ctx(campaign, paths, token, job_id, record, budget, load_candidate(rdir))
     uncertain = budget.mark_uncertain()
     if uncertain:
         ctx.event("uncertain", detail=f"operations left open by a killed controller stay reserved: {uncertain}")
@@ -153,7 +154,7 @@ def _run_phases(ctx: Ctx) -> int:
             phases._provider(ctx)      # probe the sandbox at every start: park now, not mid-phase
             while True:
                 phase = ctx.record.phase
-                if phase is not Phase.evaluate and is_draining(ctx.campaign_dir):
+                if phase is not Phase.evaluate and is_draining(ctx.campaign.dir):
                     return _stop_at_checkpoint(ctx, "drain requested")
                 ctx.event("phase_started", phase=phase.value)
                 ctx.say(f"phase {phase.value}")
@@ -191,7 +192,7 @@ def _run_phases(ctx: Ctx) -> int:
 
 
 def _release(ctx: Ctx) -> None:
-    release_lease(ctx.rdir, token=ctx.token)
+    release_lease(ctx.paths.dir, token=ctx.token)
 
 
 def _end(ctx: Ctx, end: Ending) -> int:
@@ -212,10 +213,10 @@ def _end(ctx: Ctx, end: Ending) -> int:
 
 def _park(ctx: Ctx, park: Park) -> int:
     park.detail = Redactor().scrub(park.detail)     # the outage stamp is read by every tick and status
-    stamp = stamp_outage(ctx.campaign_dir, park.role, park.kind, park.detail, stamped_by=f"job:{ctx.job_id}")
+    stamp = stamp_outage(ctx.campaign.dir, park.role, park.kind, park.detail, stamped_by=f"job:{ctx.job_id}")
     for other in park.also:
         if other != park.role:
-            stamp_outage(ctx.campaign_dir, other, park.kind, f"(via {park.role}) {park.detail}",
+            stamp_outage(ctx.campaign.dir, other, park.kind, f"(via {park.role}) {park.detail}",
                          stamped_by=f"job:{ctx.job_id}")
     # Parks are free, but not forever: the Nth park of this run for the same role counts an
     # attempt, so a run that trips the same failure every time cannot stall a role indefinitely.

@@ -1,0 +1,48 @@
+"""The controller's context carries the campaign as one handle (directory + campaign.toml) and the
+run's files as RunPaths: what it writes lands in that campaign's run directory."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from runstate.markers import outage_path, stamp_outage
+from runstate.models import RunState
+from runstate.runs import load_record, read_events, save_record
+from sweep.campaign import Campaign, init_campaign, load_candidate
+from sweep.controller.budget import Budget
+from sweep.controller.context import Ctx, clear_cooldown_after_success
+from tests.campaigns import payload_plan, write_plan
+
+
+def _ctx(tmp_path: Path) -> Ctx:
+    camp = tmp_path / "camp"
+    init_campaign(write_plan(tmp_path / "plan.json", payload_plan(1)), camp)
+    campaign = Campaign.load(camp)
+    paths = campaign.run("pr-000")
+    record = load_record(paths.dir).value
+    assert record is not None
+    record = save_record(paths.dir, record.model_copy(update={"state": RunState.active, "job_id": "77", "submit_token": "tok"}))
+    return Ctx(campaign, paths, "tok", "77", record, Budget(paths.dir, "pr-000", None), load_candidate(paths.dir))
+
+
+def test_ctx_has_one_campaign_handle_not_a_directory_and_settings_apart(tmp_path):
+    ctx = _ctx(tmp_path)
+    names = {f.name for f in dataclasses.fields(Ctx)}
+    assert {"campaign", "paths"} <= names and not names & {"campaign_dir", "rdir", "run_id"}
+    assert isinstance(ctx.campaign, Campaign)
+    assert ctx.campaign.dir == (tmp_path / "camp").resolve()
+    assert ctx.campaign.settings is ctx.campaign.file.settings
+    assert ctx.run_id == "pr-000" and ctx.paths.dir == ctx.campaign.dir / "runs" / "pr-000"
+
+
+def test_ctx_writes_into_its_campaigns_run_directory(tmp_path):
+    ctx = _ctx(tmp_path)
+    ctx.save(last_error="seen")
+    assert load_record(ctx.paths.dir).value.last_error == "seen"
+    ctx.event("probe", detail="from the context")
+    assert any(e.kind == "probe" for e in read_events(ctx.paths.dir)[0])
+    # a cooldown that has passed is cleared from the campaign directory after a success
+    stamp_outage(ctx.campaign.dir, "author", "outage", "x", now=time.time() - 10_000, cooldown_s=1)
+    clear_cooldown_after_success(ctx, "author")
+    assert not outage_path(ctx.campaign.dir, "author").exists()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from roles.spec import KEY_FAMILY_ENV
 from runstate.errors import ConfigError
-from sweep.providers.base import FromEnv
+from sweep.execution import FromEnv
 
 # Variables of a key family that configure an endpoint rather than authenticate: with a
 # `[secrets]` entry for the family, only these still pass from the controller's environment.

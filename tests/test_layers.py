@@ -102,22 +102,46 @@ def test_controller_phases_and_driver_share_a_context_not_each_other():
     assert "sweep.controller.pipeline" not in GRAPH["sweep.controller.context"]
 
 
-def _violations(prefix: str, allowed: tuple[str, ...]) -> list[str]:
-    return [f"{m} imports {d}" for m, deps in sorted(GRAPH.items()) if m == prefix or m.startswith(prefix + ".")
+def _violations(prefix: str, allowed: tuple[str, ...], graph: dict[str, set[str]] | None = None) -> list[str]:
+    return [f"{m} imports {d}" for m, deps in sorted((graph or GRAPH).items()) if m == prefix or m.startswith(prefix + ".")
             for d in sorted(deps) if not any(d == a or d.startswith(a + ".") for a in allowed)]
 
 
+# The lower rooms of docs/architecture.md ("Packages") and what each may import. A room not listed
+# here ("everything below": tick, controller, campaign, status, cli, ...) is held by the circle test.
+UTILITIES = ("sweep.tree", "sweep.proc", "sweep.git", "sweep.registry", "sweep.tomlw", "sweep.execution",
+             "sweep.redact", "sweep.textsafe", "sweep.sandbox_marker")
+ROOMS: dict[str, tuple[str, ...]] = {
+    "runstate": ("runstate",),
+    "roles": ("roles", "runstate"),
+    **{u: ("runstate",) for u in UTILITIES},
+    "sweep.models": ("sweep.models", "runstate", "roles", *UTILITIES),
+    "sweep.scheduler": ("sweep.scheduler", "runstate", "sweep.models", *UTILITIES),
+    "sweep.providers": ("sweep.providers", "runstate", "roles", *UTILITIES),
+    "sweep.harbor": ("sweep.harbor", "runstate", *UTILITIES),
+    "sweep.credentials": ("runstate", "roles", *UTILITIES),
+    "sweep.runtimes": ("sweep.runtimes", "runstate", "roles", "sweep.harbor", "sweep.providers", "sweep.credentials",
+                       *UTILITIES),
+}
+
+
+def test_the_checker_sees_an_upward_import():
+    assert _violations("sweep.harbor", ROOMS["sweep.harbor"], {"sweep.harbor.trial": {"sweep.providers.base"}}) \
+        == ["sweep.harbor.trial imports sweep.providers.base"]
+
+
 def test_lower_layers_do_not_import_upward():
-    assert _violations("runstate", ("runstate",)) == []
-    assert _violations("roles", ("roles", "runstate")) == []
+    assert [v for room, allowed in ROOMS.items() for v in _violations(room, allowed)] == []
 
 
-def test_harbor_uses_only_the_provider_contract():
-    """The task-bundle code runs trials through the Provider protocol, never a concrete provider."""
-    assert _violations("sweep.harbor", ("runstate", "roles", "sweep.harbor", "sweep.tree", "sweep.git",
-                                        "sweep.providers.base")) == []
+def test_harbor_runs_trials_through_the_execution_contract_not_the_providers_package():
+    """The task-bundle code runs trials through `sweep.execution.Provider`; nothing under harbor/
+    imports sweep.providers, not even its base module (no exception)."""
+    assert "sweep.execution" in GRAPH["sweep.harbor.trial"]
     assert not [d for m, deps in GRAPH.items() if m.startswith("sweep.harbor")
-                for d in deps if d.startswith("sweep.providers") and d != "sweep.providers.base"]
+                for d in deps if d == "sweep.providers" or d.startswith("sweep.providers.")]
+    assert not [d for m, deps in GRAPH.items() if m.startswith("sweep.models")
+                for d in deps if d == "sweep.providers" or d.startswith("sweep.providers.")]
 
 
 def test_the_session_runtime_uses_only_the_provider_contract():
@@ -125,6 +149,6 @@ def test_the_session_runtime_uses_only_the_provider_contract():
 
 
 def test_shared_utilities_are_stdlib_only():
-    for name in ("sweep.tree", "sweep.proc", "sweep.git", "sweep.registry", "runstate.atomic", "runstate.errors",
-                 "runstate.paths"):
+    for name in ("sweep.tree", "sweep.proc", "sweep.git", "sweep.registry", "sweep.execution", "runstate.atomic",
+                 "runstate.errors", "runstate.paths"):
         assert GRAPH[name] <= {"runstate", "runstate.atomic", "runstate.errors"}, (name, GRAPH[name])

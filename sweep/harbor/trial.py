@@ -17,7 +17,7 @@ from pathlib import Path
 from runstate.errors import SweepError
 from sweep.harbor import layout
 from sweep.harbor.bundle import validate_bundle
-from sweep.providers.base import DEFAULT_LIMITS, ExecSpec, Limits, Provider
+from sweep.execution import DEFAULT_LIMITS, ExecSpec, Limits, Provider
 from sweep.tree import UnsafeTree, copy_tree
 
 DETAIL_LIMIT = 500

@@ -220,7 +220,7 @@ class LimitSettings(Strict):
     tmp_mb: int = Field(default=1024, ge=16)                   # the private /tmp
 
     def to_limits(self):
-        from sweep.providers.base import Limits
+        from sweep.execution import Limits
         mb = 1 << 20
         return Limits(memory_bytes=self.memory_mb and self.memory_mb * mb, processes=self.processes,
                       file_bytes=self.file_mb and self.file_mb * mb,

@@ -35,7 +35,7 @@ class SessionRequest:
     prompt: str                           # the text given to the agent
     inputs: dict                          # role inputs, JSON-able (see docs/roles.md)
     secrets: dict[str, Any] = field(default_factory=dict)    # env var -> secret file or FromEnv, child env only
-    limits: Any = None                    # sweep.providers.base.Limits; None = the provider's defaults
+    limits: Any = None                    # sweep.execution.Limits; None = the provider's defaults
 
 
 @dataclass

@@ -195,7 +195,7 @@ def _version_on_host(exe: str) -> tuple[str | None, str]:
 
 
 def _version_in_sandbox(exe: str, install_root: Path) -> tuple[str | None, str]:
-    from sweep.providers.base import ExecSpec
+    from sweep.execution import ExecSpec
     from sweep.providers.local import LocalProvider
     from runstate.errors import ProviderError
     try:

@@ -31,7 +31,7 @@ from roles.manifests import manifest_sha256
 from runstate.errors import ConfigError
 from runstate.files import make_private_dir, write_atomic
 from sweep.providers import audit
-from sweep.providers.base import DEFAULT_LIMITS, ExecResult, ExecSpec, FromEnv, read_secret
+from sweep.execution import DEFAULT_LIMITS, ExecResult, ExecSpec, FromEnv, read_secret
 from sweep.redact import Redactor
 from sweep.runtimes.base import Parsed, SessionFiles, SessionRequest, SessionResult, sane_cost, sane_turns
 from sweep.credentials import passthrough_for

@@ -27,8 +27,8 @@ snapshots (tests/test_tick_plan.py) without files or Slurm:
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from runstate.lease import LeaseView, judge_lease
 from runstate.models import EndReason, GhostJob, LaneBackoff, Lease, OutageStamp, Outcome, Phase, RunRecord, RunState
@@ -317,6 +317,7 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
     canaries_active: dict[str, int] = {}
     committed = snap.settled_spent_usd     # money spent or promised (for the allocation)
     waits: dict[str, list[str]] = {}       # reason -> queued runs not admitted
+    candidates: list[RunRecord] = []       # queued runs free to be admitted (no lease, no job)
 
     def wait(run_id: str, reason: str) -> None:
         waits.setdefault(reason, []).append(run_id)
@@ -392,6 +393,8 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
                 busy.add(run_id)
                 hold_slot(rec)
                 wait(run_id, f"controller job {rec.job_id} is finishing")
+            else:
+                candidates.append(rec)
             continue
         busy.add(run_id)
         if lease.lease is None:
@@ -460,25 +463,30 @@ def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
     if snap.queue_known and (seen or snap.ghosts_seen):
         actions.append(NoteGhosts("", seen))
 
-    actions.extend(_admit(snap, cfg, busy, slots["all"], slots["gpu"], verified, canaries_active, committed,
-                          ghosts, ghost_gpu_devices, wait))
+    actions.extend(_admit(snap, cfg, candidates, slots["all"], slots["gpu"], verified, canaries_active, committed,
+                          ghosts, ghost_gpu_devices, waits))
     if waits:
         actions.append(Waiting("", waits))
     return actions
 
 
-def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_active: int,
+def _admit(snap: Snapshot, cfg: PlanSettings, candidates: list[RunRecord], active: int, gpu_active: int,
            verified: int, canaries_active: dict[str, int], committed: float,
-           ghosts: list[QueueJob], ghost_gpu_devices: int, note_wait: Callable[[str, str], None]) -> list[Action]:
+           ghosts: list[QueueJob], ghost_gpu_devices: int, waits: dict[str, list[str]]) -> list[Action]:
+    """Admissions in panel order, and the reason of every queued run that is not admitted.
+
+    Cost matters here: at 100,000 queued runs this loop is most of the planner. Once a reason that
+    holds for every run stops admission (draining, target reached, max_parallel, ...), nothing
+    later in the loop can change it, so the remaining runs only get their own hold (if any) or
+    that one reason, in a tight loop (`_wait_rest`)."""
     out: list[Action] = []
-    queued = sorted((v.record for rid, v in snap.runs.items()
-                     if v.record.state is RunState.queued and rid not in busy),
-                    key=lambda r: (r.panel_index, r.run_id))
+    queued = sorted(candidates, key=attrgetter("panel_index", "run_id"))
     if not snap.queue_known:
         # the scheduler cannot be asked: admitting now would only meet the same failure in sbatch,
         # and nothing about the queue is known, so this tick changes nothing it does not have to
-        for rec in queued:
-            note_wait(rec.run_id, "queue UNKNOWN: nothing is admitted until squeue answers")
+        if queued:
+            waits.setdefault("queue UNKNOWN: nothing is admitted until squeue answers", []).extend(
+                rec.run_id for rec in queued)
         return out
     remaining_target = cfg.target_verified - verified - active
     budget_left = None if cfg.max_spend_usd is None else cfg.max_spend_usd - committed
@@ -486,40 +494,43 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
     probe_taken: set[str] = set()
     gpu_capacity = snap.capacity.get("gpu")
     cpu_capacity = snap.capacity.get("cpu")
-    cpu_active = sum(1 for v in snap.runs.values() if v.record.gpus == 0 and (
-        v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None)))
-    cpu_active += sum(1 for j in ghosts if j.gpus == 0)
-    gpu_devices = sum(v.record.gpus for v in snap.runs.values() if v.record.gpus and (
-        v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None)))
-    gpu_devices += ghost_gpu_devices
+    # slots and devices in use: only needed (and only counted) when the lane's capacity is known
+    cpu_active = 0 if cpu_capacity is None else sum(1 for v in snap.runs.values() if v.record.gpus == 0 and (
+        v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None))) \
+        + sum(1 for j in ghosts if j.gpus == 0)
+    gpu_devices = 0 if gpu_capacity is None else sum(v.record.gpus for v in snap.runs.values() if v.record.gpus and (
+        v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None))) \
+        + ghost_gpu_devices
 
-    for rec in queued:
-        hold = None          # a lasting, per-run reason: written on the record (SetHold)
+    def note_wait(run_id: str, reason: str) -> None:
+        waits.setdefault(reason, []).append(run_id)
+
+    for index, rec in enumerate(queued):
+        # a reason that holds for every run: no admission can happen after it, so the rest of the
+        # queue is explained in one pass
+        if snap.draining:
+            everyone = "draining: no admissions until `sweep undrain`"
+        elif snap.sandboxes_uncertain:
+            everyone = (f"remote sandboxes uncertain ({snap.sandboxes_uncertain}): no admissions "
+                        "until `sweep reconcile`")
+        elif remaining_target <= 0:
+            everyone = (f"target reached: {verified} verified + {active} running >= target_verified "
+                        f"{cfg.target_verified}")
+        elif active >= cfg.max_parallel:
+            everyone = f"limit reached: max_parallel {cfg.max_parallel} ({active} running or in flight)"
+        else:
+            everyone = None
+        if everyone is not None:
+            _wait_rest(snap, cfg, queued[index:], everyone, waits, out)
+            break
         wait = None          # why not this tick: tick.json only
-        role = next_role(rec)
+        hold = _hold_of(rec, snap, cfg)   # a lasting, per-run reason: written on the record (SetHold)
+        role = NEXT_ROLE.get(rec.phase)
         stamp = snap.stamps.get(role) if role else None
         lane = "gpu" if rec.gpus else "cpu"
         backoff = snap.lanes.get(lane)
-        if rec.gpus > 0 and gpu_capacity is not None and rec.gpus > gpu_capacity:
-            hold = f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''}, lane gpu has {gpu_capacity}"
-        elif rec.gpus > 0 and cfg.max_gpu_parallel == 0:
-            hold = f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''} and max_gpu_parallel is 0"
-        elif stamp is not None and stamp.is_active(snap.now):
-            hold = f"role {role} cooling down ({stamp.kind}) until {stamp.until:.0f}"
-        elif rec.parked_until is not None and rec.parked_until > snap.now:
-            hold = f"parked until {rec.parked_until:.0f} ({rec.parked_role} cooldown)"
-
         if hold is None:
-            if snap.draining:
-                wait = "draining: no admissions until `sweep undrain`"
-            elif snap.sandboxes_uncertain:
-                wait = f"remote sandboxes uncertain ({snap.sandboxes_uncertain}): no admissions until `sweep reconcile`"
-            elif remaining_target <= 0:
-                wait = (f"target reached: {verified} verified + {active} running >= target_verified "
-                        f"{cfg.target_verified}")
-            elif active >= cfg.max_parallel:
-                wait = f"limit reached: max_parallel {cfg.max_parallel} ({active} running or in flight)"
-            elif backoff is not None and backoff.failures > 0 and backoff.until > snap.now:
+            if backoff is not None and backoff.failures > 0 and backoff.until > snap.now:
                 wait = lane_backoff_reason(lane, backoff)
             elif backoff is not None and backoff.failures > 0 and lane in probe_taken:
                 wait = f"lane {lane} is probing after its back-off: one submission at a time"
@@ -578,3 +589,43 @@ def _admit(snap: Snapshot, cfg: PlanSettings, busy: set[str], active: int, gpu_a
         if hold != rec.hold_reason and (hold is not None or rec.hold_reason is not None):
             out.append(SetHold(rec.run_id, rec, hold))
     return out
+
+
+def _hold_of(rec: RunRecord, snap: Snapshot, cfg: PlanSettings) -> str | None:
+    """A lasting reason this run cannot be admitted, whatever else happens this tick."""
+    if rec.gpus > 0:
+        gpu_capacity = snap.capacity.get("gpu")
+        if gpu_capacity is not None and rec.gpus > gpu_capacity:
+            return f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''}, lane gpu has {gpu_capacity}"
+        if cfg.max_gpu_parallel == 0:
+            return f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''} and max_gpu_parallel is 0"
+    if snap.stamps:
+        role = NEXT_ROLE.get(rec.phase)
+        stamp = snap.stamps.get(role) if role else None
+        if stamp is not None and stamp.is_active(snap.now):
+            return f"role {role} cooling down ({stamp.kind}) until {stamp.until:.0f}"
+    if rec.parked_until is not None and rec.parked_until > snap.now:
+        return f"parked until {rec.parked_until:.0f} ({rec.parked_role} cooldown)"
+    return None
+
+
+def _wait_rest(snap: Snapshot, cfg: PlanSettings, queued: list[RunRecord], everyone: str,
+               waits: dict[str, list[str]], out: list[Action]) -> None:
+    """Every run in `queued` waits: for its own hold if it has one (kept on the record: SetHold
+    when it changed), else for `everyone`. The planner's hot loop at 100,000 queued runs."""
+    bucket = waits.setdefault(everyone, [])
+    append = bucket.append
+    stamps, now, no_gpus = bool(snap.stamps), snap.now, cfg.max_gpu_parallel == 0 or snap.capacity.get("gpu") is not None
+    for rec in queued:
+        if (rec.gpus > 0 and no_gpus) or stamps or (rec.parked_until is not None and rec.parked_until > now):
+            hold = _hold_of(rec, snap, cfg)
+        else:
+            hold = None
+        if hold is None:
+            append(rec.run_id)
+        else:
+            waits.setdefault(hold, []).append(rec.run_id)
+        if hold != rec.hold_reason and (hold is not None or rec.hold_reason is not None):
+            out.append(SetHold(rec.run_id, rec, hold))
+    if not bucket:
+        del waits[everyone]

@@ -30,14 +30,22 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from runstate.errors import ConfigError
-from runstate.files import read_bytes, write_atomic
-from runstate.models import Outcome, RunState
+from runstate.errors import ConfigError, StateError
+from runstate.files import write_atomic
+from runstate.models import Outcome, RunRecord, RunState
 from runstate.paths import RunPaths
 from runstate.runs import list_runs, run_dir
+from sweep.models.evidence import (Evidence, GateResult, GatesEvidence, ReviewEvidence, ReviewVerdict, SessionRecord,
+                                   SolveEvidence, SourceEvidence, read_evidence)
+
+if TYPE_CHECKING:
+    from sweep.models.plan import CampaignFile, FrozenCandidate
+
+E = TypeVar("E", bound=Evidence)
 
 FORMAT = "harbor"
 HARBOR_SCHEMA_VERSION = "1.1"        # task.toml schema of Harbor 0.26.0 (harborframework.com/docs/tasks)
@@ -66,34 +74,23 @@ class ExportReport:
         return not self.collisions
 
 
-def _load_json(path: Path) -> dict:
-    raw = read_bytes(path)
-    if not raw:
-        return {}
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _latest(rdir: Path, kind: str) -> dict:
+def _latest(rdir: Path, kind: str, model: type[E]) -> E | None:
+    """The newest evidence/<kind>-rNNNN.json read through its model; None if there is none. A
+    malformed one raises StateError naming the file and the field (the run is not exported)."""
     files = sorted(RunPaths.at(rdir).evidence.glob(f"{kind}-r*.json"))
-    return _load_json(files[-1]) if files else {}
+    return read_evidence(files[-1], model) if files else None
 
 
-def _roles(rdir: Path) -> dict:
+def _roles(rdir: Path) -> dict[str, dict[str, str]]:
     """role -> {runtime, manifest_sha256} of the last session of each role."""
-    out: dict = {}
+    out: dict[str, dict[str, str]] = {}
     sessions = RunPaths.at(rdir).sessions
     if not sessions.is_dir():
         return out
     for sdir in sorted(p for p in sessions.iterdir() if p.is_dir()):
-        res = _load_json(sdir / "result.json")
-        role = res.get("role")
-        if isinstance(role, str):
-            out[role] = {"runtime": str(res.get("runtime") or ""),
-                         "manifest_sha256": str(res.get("manifest_sha256") or "")}
+        res = read_evidence(sdir / "result.json", SessionRecord)    # None: a session killed before it ended
+        if res is not None and res.role is not None:
+            out[res.role] = {"runtime": res.runtime, "manifest_sha256": res.manifest_sha256}
     return out
 
 
@@ -139,45 +136,45 @@ def dockerfile(repo: Path, test_argv: list[str], base_image: str) -> str:
     return "\n".join(lines)
 
 
-def _toml_doc(*, task_name: str, run_id: str, campaign, rec, cand, source: dict, gates_ev: dict, review_ev: dict,
-              solve_ev: dict, roles: dict, bundle_toml: dict, verified: bool, base_image: str) -> dict:
-    from sweep.harbor.gates import gate_ok
-    gates = gates_ev.get("gates") if isinstance(gates_ev.get("gates"), dict) else {}
-    f2p = gates.get("fail_to_pass") if isinstance(gates.get("fail_to_pass"), dict) else {}
-    verdict = review_ev.get("verdict") if isinstance(review_ev.get("verdict"), dict) else {}
-    title = " ".join(str(source.get("title") or cand.candidate.title or "").split())[:300]
+def _toml_doc(*, task_name: str, run_id: str, campaign: CampaignFile, rec: RunRecord, cand: FrozenCandidate,
+              source: SourceEvidence | None, gates_ev: GatesEvidence | None, review_ev: ReviewEvidence | None,
+              solve_ev: SolveEvidence | None, roles: dict[str, dict[str, str]], bundle_toml: dict[str, Any],
+              verified: bool, base_image: str) -> dict[str, Any]:
+    gates = gates_ev.gates if gates_ev else {}
+    f2p = gates.get("fail_to_pass") or GateResult(ok=False)
+    verdict = review_ev.verdict if review_ev else ReviewVerdict()
+    title = " ".join(str((source.title if source else "") or cand.candidate.title or "").split())[:300]
     old_verifier = bundle_toml.get("verifier") if isinstance(bundle_toml.get("verifier"), dict) else {}
     old_agent = bundle_toml.get("agent") if isinstance(bundle_toml.get("agent"), dict) else {}
     old_env = bundle_toml.get("environment") if isinstance(bundle_toml.get("environment"), dict) else {}
 
-    def num(table: dict, key: str, default: float) -> float:
+    def num(table: dict[str, Any], key: str, default: float) -> float:
         v = table.get(key)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else default
 
-    rollouts = solve_ev.get("rollouts") if isinstance(solve_ev.get("rollouts"), list) else []
+    rollouts = solve_ev.rollouts if solve_ev else []
     sweep_meta = {
         "campaign_id": campaign.campaign_id, "campaign": campaign.settings.name, "run_id": run_id,
         "verified": verified, "outcome": rec.outcome.value if rec.outcome else None, "reason": rec.reason,
         "source_pr": cand.candidate.url or cand.pr_key,
-        "source_repo": str(source.get("repo") or cand.candidate.repo or ""),
-        "base": str(source.get("base") or ""), "head": str(source.get("head") or ""),
-        "bundle_sha256": str(gates_ev.get("bundle_sha256") or ""),
-        "evidence_sha256": str(source.get("evidence_sha256") or ""),
-        "environment_fidelity": str(gates_ev.get("environment_fidelity") or "host"),
+        "source_repo": str((source.repo if source else "") or cand.candidate.repo or ""),
+        "base": source.base if source else "", "head": source.head if source else "",
+        "bundle_sha256": gates_ev.bundle_sha256 if gates_ev else "",
+        "evidence_sha256": source.evidence_sha256 if source else "",
+        "environment_fidelity": (gates_ev.environment_fidelity if gates_ev else "") or "host",
         "runtime_sha256": rec.runtime_sha or "", "cost_usd": float(rec.spent_usd), "base_image": base_image,
         "evidence": {
-            "summary": str(f2p.get("detail") or ""),
-            "fail_to_pass": [str(t) for t in f2p.get("fail_to_pass") or []],
-            "pass_to_pass": [str(t) for t in f2p.get("pass_to_pass") or []],
-            "fail_to_pass_count": int(f2p.get("fail_to_pass_count") or 0),
-            "pass_to_pass_count": int(f2p.get("pass_to_pass_count") or 0),
-            "gate_repeats": int(gates_ev.get("repeats") or 0),
-            "solve_rewards": [r.get("reward") for r in rollouts
-                              if isinstance(r, dict) and isinstance(r.get("reward"), (int, float))],
+            "summary": f2p.detail,
+            "fail_to_pass": list(f2p.fail_to_pass or []),
+            "pass_to_pass": list(f2p.pass_to_pass or []),
+            "fail_to_pass_count": f2p.fail_to_pass_count or 0,
+            "pass_to_pass_count": f2p.pass_to_pass_count or 0,
+            "gate_repeats": gates_ev.repeats if gates_ev else 0,
+            "solve_rewards": [r.reward for r in rollouts if r.reward is not None],
         },
-        "gates": {str(name): gate_ok(result) for name, result in gates.items()},
-        "review": {"verdict": str(verdict.get("verdict") or ""),
-                   "findings": [str(f)[:500] for f in (verdict.get("findings") or [])][:20]},
+        "gates": {name: result.ok for name, result in gates.items()},
+        "review": {"verdict": verdict.verdict or "",
+                   "findings": [str(f)[:500] for f in verdict.findings][:20]},
         "roles": {role: info for role, info in sorted(roles.items())},
     }
     return {
@@ -211,7 +208,7 @@ def tree_digest(root: Path) -> str:
     return outer.hexdigest()
 
 
-def _build_task(rdir: Path, dest: Path, *, campaign, rec, base_image: str) -> None:
+def _build_task(rdir: Path, dest: Path, *, campaign: CampaignFile, rec: RunRecord, base_image: str) -> None:
     from sweep.campaign import load_candidate
     from sweep.tomlw import dumps
     bundle = RunPaths.at(rdir).task
@@ -226,8 +223,9 @@ def _build_task(rdir: Path, dest: Path, *, campaign, rec, base_image: str) -> No
     test_argv = argv_file.read_text(errors="replace").splitlines() if argv_file.is_file() else []
     (dest / "environment" / "Dockerfile").write_text(dockerfile(bundle / "environment" / "repo", test_argv, base_image))
     doc = _toml_doc(task_name=f"sweep-{campaign.campaign_id}/{rec.run_id}", run_id=rec.run_id, campaign=campaign,
-                    rec=rec, cand=load_candidate(rdir), source=_load_json(RunPaths.at(rdir).source),
-                    gates_ev=_latest(rdir, "gates"), review_ev=_latest(rdir, "review"), solve_ev=_latest(rdir, "solve"),
+                    rec=rec, cand=load_candidate(rdir), source=read_evidence(RunPaths.at(rdir).source, SourceEvidence),
+                    gates_ev=_latest(rdir, "gates", GatesEvidence), review_ev=_latest(rdir, "review", ReviewEvidence),
+                    solve_ev=_latest(rdir, "solve", SolveEvidence),
                     roles=_roles(rdir), bundle_toml=bundle_toml, verified=rec.outcome is Outcome.verified,
                     base_image=base_image)
     (dest / "task.toml").write_text(dumps(doc))
@@ -307,7 +305,11 @@ def export_campaign(campaign_dir: Path, out: Path, *, include_unverified: bool =
             continue
         tmp = out / f"{TMP_PREFIX}{run_id}-{secrets.token_hex(4)}"
         try:
-            _build_task(rdir, tmp, campaign=campaign, rec=rec, base_image=base_image)
+            try:
+                _build_task(rdir, tmp, campaign=campaign, rec=rec, base_image=base_image)
+            except StateError as exc:      # evidence that does not read as its model: named, not exported
+                report.skipped.append(f"{run_id}: {exc}")
+                continue
             target = out / run_id
             if target.exists() or target.is_symlink():
                 if target.is_dir() and not target.is_symlink() and tree_digest(target) == tree_digest(tmp):

@@ -46,3 +46,24 @@ def test_ctx_writes_into_its_campaigns_run_directory(tmp_path):
     stamp_outage(ctx.campaign.dir, "author", "outage", "x", now=time.time() - 10_000, cooldown_s=1)
     clear_cooldown_after_success(ctx, "author")
     assert not outage_path(ctx.campaign.dir, "author").exists()
+
+
+def test_report_reads_the_checkpoints_through_their_model(tmp_path):
+    from runstate.models import Outcome
+    from sweep.controller.report import write_report
+    ctx = _ctx(tmp_path)
+    old = {"intake": {"base": "a" * 40, "head": "b" * 40, "evidence_sha256": "c" * 64, "changed_files": 2, "at": 1.0},
+           "author": {"revision": 2, "bundle_sha256": "s"}, "gates": {"passed": True, "bundle_sha256": "s"},
+           "repair": {"count": 1, "findings": ["x"], "after": "review", "at": 2.0}, "parks": {"author": 1}}
+    rec = ctx.record.model_copy(update={"checkpoints": old, "outcome": Outcome.verified})
+    write_report(ctx, rec, "done")
+    text = ctx.paths.report.read_text()
+    assert f"- base `{'a' * 40}`, head `{'b' * 40}`" in text and f"evidence sha256 `{'c' * 64}`" in text
+    assert "- **author**: {'revision': 2, 'bundle_sha256': 's'}" in text
+    assert "- **gates**: {'bundle_sha256': 's', 'passed': True}" in text
+    assert "- repairs: 1 (last after review)" in text and "**solve**" not in text
+    # checkpoints a reader cannot take for what they claim: the report is still written, naming the field
+    bad = ctx.record.model_copy(update={"checkpoints": {"author": {"revision": "second"}}, "outcome": Outcome.blocked})
+    write_report(ctx, bad, "ended")
+    text = ctx.paths.report.read_text()
+    assert "ended" in text and "author.revision" in text and str(ctx.paths.state) in text

@@ -67,3 +67,22 @@ def test_github_pr_urls_are_taken_in_and_the_token_stays_in_a_header(tmp_path):
     # PR 9 was verified before: ended without asking GitHub anything
     assert gh.requests_for("/pulls/9") == []
     assert record(d, "acme-mathx-9").reason == "duplicate"
+
+
+def test_a_changed_file_entry_without_a_name_is_left_out_not_frozen_as_null(tmp_path):
+    """GitHub's files list is untrusted input: an entry without a string filename used to be frozen
+    as null, and that source.json then never read back as SourceEvidence."""
+    from sweep.controller.intake import GithubSettings, load_source, take_in
+    from sweep.models.plan import Candidate, FrozenCandidate
+    src = make_pr_repo(tmp_path / "repos", "verified", name="mathx")
+    bare = make_bare_pull_repo(Path(src["repo"]), tmp_path / "served" / "mathx.git", base=src["base"])
+    rdir = tmp_path / "camp" / "runs" / "acme-mathx-7"
+    rdir.mkdir(parents=True)
+    cand = Candidate(url=PR.format(7))
+    fc = FrozenCandidate(run_id="acme-mathx-7", panel_index=0, pr_key=cand.pr_key(), candidate=cand)
+    with FakeGitHub() as gh:
+        gh.add_pull("acme", "mathx", 7, bare_repo=bare, base=src["base"], head=src["head"], title=src["title"],
+                    body=src["body"], files=["mathx.py", {"status": "removed"}, {"filename": 7}, "tests/test_mathx.py"])
+        taken = take_in(rdir, fc, GithubSettings(api_url=gh.api_url))
+    assert taken.changed_files == ["mathx.py", "tests/test_mathx.py"]
+    assert load_source(rdir) == taken            # what was frozen reads back as the same evidence

@@ -77,7 +77,7 @@ def _source(**kw):
 
 def test_source_json_of_an_older_sweep_reads_and_a_malformed_one_is_redone(tmp_path):
     write(tmp_path / "source.json", _source())            # no test_command / pr_key / frozen_at yet
-    assert load_source(tmp_path)["repo"] == "/r"
+    assert load_source(tmp_path).repo == "/r"
     bad = _source()
     del bad["repo"]
     bad["evidence_sha256"] = evidence_sha256(bad)          # checksum holds, shape does not
@@ -94,3 +94,21 @@ def test_tick_json_actions_read_through_their_type(tmp_path):
     bad = write(tmp_path / "bad.json", {**base, "actions": [{"kind": "admit", "detail": "job 7"}]})
     loaded = read_model(bad, TickReport)
     assert loaded.value is None and "actions.0.run_id" in loaded.problem
+
+
+def test_review_and_session_evidence_read_through_their_models(tmp_path):
+    from sweep.models.evidence import SessionRecord
+    old_review = {"bundle_sha256": "s", "gates_bundle_sha256": "s",
+                  "verdict": {"verdict": "revise", "findings": ["no FAIL_TO_PASS"], "rationale": "r", "extra": 1},
+                  "at": 1.0}
+    ev = read_evidence(write(tmp_path / "review-r0001.json", old_review), ReviewEvidence)
+    assert ev.verdict.verdict == "revise" and ev.verdict.findings == ["no FAIL_TO_PASS"]
+    assert ev.to_json() == old_review                      # a campaign schema's extra keys are kept
+    assert read_evidence(write(tmp_path / "r.json", {"bundle_sha256": "s"}), ReviewEvidence).verdict.verdict is None
+    # result.json of a session, as far as export reads it; older ones lack status and cost
+    rec = read_evidence(write(tmp_path / "result.json", {"role": "author", "runtime": "oracle",
+                                                         "manifest_sha256": "m" * 64, "turns": None}), SessionRecord)
+    assert (rec.role, rec.runtime, rec.status) == ("author", "oracle", None)
+    with pytest.raises(StateError) as info:
+        read_evidence(write(tmp_path / "bad.json", {"role": ["author"]}), SessionRecord)
+    assert "role" in str(info.value) and "bad.json" in str(info.value)

@@ -240,3 +240,55 @@ def test_scripts_are_executable_even_when_the_bundle_lost_the_bit(demo, tmp_path
     finally:
         for rel in ("tests/test.sh", "solution/solve.sh"):
             os.chmod(task / rel, 0o755)
+
+
+def _copy_campaign(demo: Path, dest: Path) -> Path:
+    import shutil
+    shutil.copytree(demo, dest, symlinks=True)
+    return dest
+
+
+def _rewrite(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def test_evidence_of_an_older_sweep_exports_the_same_metadata(demo, tmp_path):
+    """Evidence files read through their models: files without the fields later sweeps added
+    (hash seeds, isolation, per-test counts, the session's status) export as before."""
+    camp = _copy_campaign(demo, tmp_path / "camp")
+    rdir = camp / "runs" / "fix-clamp"
+    first = tmp_path / "first"
+    sweep("export", str(first), "--campaign", str(camp))
+    gates = sorted((rdir / "evidence").glob("gates-r*.json"))[-1]
+    _rewrite(gates, lambda d: [d.pop(k, None) for k in ("hash_seeds", "isolation")])
+    for result in (rdir / "sessions").glob("*/result.json"):
+        _rewrite(result, lambda d: [d.pop(k, None) for k in ("status", "cost_usd", "network", "endpoints")])
+    again = tmp_path / "again"
+    sweep("export", str(again), "--campaign", str(camp))
+    meta = tomllib.loads((again / "fix-clamp" / "task.toml").read_text())["metadata"]["sweep"]
+    assert meta == tomllib.loads((first / "fix-clamp" / "task.toml").read_text())["metadata"]["sweep"]
+    assert meta["evidence"]["fail_to_pass_count"] == 1 and meta["review"]["verdict"] == "accept"
+
+
+def test_malformed_evidence_is_refused_naming_the_file_and_the_field(demo, tmp_path):
+    camp = _copy_campaign(demo, tmp_path / "camp")
+    gates = sorted((camp / "runs" / "fix-clamp" / "evidence").glob("gates-r*.json"))[-1]
+    _rewrite(gates, lambda d: d["gates"]["fail_to_pass"].update(fail_to_pass_count="many"))
+    out = tmp_path / "dataset"
+    r = sweep("export", str(out), "--campaign", str(camp))
+    assert "0 added" in r.stdout and "skipped" in r.stdout, r.stdout
+    assert str(gates.name) in r.stdout and "gates.fail_to_pass.fail_to_pass_count" in r.stdout, r.stdout
+    assert not (out / "fix-clamp").exists()
+    # a review verdict whose findings are not a list, and a session result that is not an object
+    camp2 = _copy_campaign(demo, tmp_path / "camp2")
+    review = sorted((camp2 / "runs" / "fix-clamp" / "evidence").glob("review-r*.json"))[-1]
+    _rewrite(review, lambda d: d["verdict"].update(findings="all good"))
+    r = sweep("export", str(tmp_path / "d2"), "--campaign", str(camp2))
+    assert review.name in r.stdout and "verdict.findings" in r.stdout, r.stdout
+    camp3 = _copy_campaign(demo, tmp_path / "camp3")
+    result = sorted((camp3 / "runs" / "fix-clamp" / "sessions").glob("*/result.json"))[0]
+    result.write_text("[1, 2]")
+    r = sweep("export", str(tmp_path / "d3"), "--campaign", str(camp3))
+    assert "result.json" in r.stdout and "fix-clamp" in r.stdout and "0 added" in r.stdout, r.stdout

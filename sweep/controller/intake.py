@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from pydantic import ValidationError
 
+from runstate.errors import describe_validation_error
 from runstate.files import make_private_dir, read_bytes, write_atomic
 from runstate.paths import SOURCE_FILE
 from sweep.git import GitFailed, run_git
+from sweep.models.evidence import SourceEvidence
 from sweep.models.plan import GITHUB_PR_RE, FrozenCandidate
 
 GIT_TIMEOUT_S = 300
@@ -89,9 +92,9 @@ def evidence_sha256(evidence: dict) -> str:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def load_source(rdir: Path) -> dict | None:
-    """A frozen source.json whose checksum holds and that reads as SourceEvidence, else None (a
-    torn, edited or malformed file is redone by intake)."""
+def load_source(rdir: Path) -> SourceEvidence | None:
+    """A frozen source.json whose checksum holds, read as SourceEvidence, else None (a torn, edited
+    or malformed file is redone by intake)."""
     raw = read_bytes(Path(rdir) / SOURCE_FILE)
     if not raw:
         return None
@@ -101,17 +104,13 @@ def load_source(rdir: Path) -> dict | None:
         return None
     if not isinstance(data, dict) or data.get("evidence_sha256") != evidence_sha256(data):
         return None
-    from pydantic import ValidationError
-
-    from sweep.models.evidence import SourceEvidence
     try:
-        SourceEvidence.model_validate(data)
+        return SourceEvidence.model_validate(data)
     except ValidationError:
         return None
-    return data
 
 
-def take_in(rdir: Path, fc: FrozenCandidate, github: GithubSettings | None = None) -> dict:
+def take_in(rdir: Path, fc: FrozenCandidate, github: GithubSettings | None = None) -> SourceEvidence:
     existing = load_source(rdir)
     if existing is not None:
         return existing
@@ -124,8 +123,12 @@ def take_in(rdir: Path, fc: FrozenCandidate, github: GithubSettings | None = Non
     evidence["pr_key"] = fc.pr_key
     evidence["frozen_at"] = time.time()
     evidence["evidence_sha256"] = evidence_sha256(evidence)
+    try:
+        frozen = SourceEvidence.model_validate(evidence)     # what is written is what load_source reads back
+    except ValidationError as exc:
+        raise IntakeFailed(f"the PR's source does not read as SourceEvidence: {describe_validation_error(exc)}") from None
     write_atomic(Path(rdir) / SOURCE_FILE, orjson.dumps(evidence, option=orjson.OPT_INDENT_2))
-    return evidence
+    return frozen
 
 
 def _resolve(repo: Path, ref: str) -> str:
@@ -224,5 +227,5 @@ def _from_github(rdir: Path, url: str, settings: GithubSettings) -> dict:
     return {"kind": "github", "url": url, "repo": str(dest), "base": base_sha, "head": head_sha,
             "base_ref": pr.get("base", {}).get("ref"), "head_ref": pr.get("head", {}).get("ref"),
             "title": pr.get("title") or "", "body": pr.get("body") or "",
-            "changed_files": [f.get("filename") for f in files if isinstance(f, dict)]
+            "changed_files": [f["filename"] for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
             if isinstance(files, list) else []}

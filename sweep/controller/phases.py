@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runstate.errors import ConfigError, ProviderError, StateError
+from pydantic import ValidationError
+
+from runstate.errors import ConfigError, ProviderError, StateError, describe_validation_error
 from runstate.files import make_private_dir
 from runstate.models import EndReason, Outcome, Phase
-from sweep.models.evidence import (Checkpoints, GatesEvidence, ReviewEvidence, SolveEvidence,
-                                   read_evidence)
+from sweep.models.evidence import (Checkpoints, GatesEvidence, ReviewEvidence, ReviewVerdict, SolveEvidence,
+                                   SourceEvidence, read_evidence)
 from sweep.controller.context import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, fresh_dir,
                                       write_json)
 from sweep.tree import copy_tree
@@ -66,7 +68,7 @@ def _roles(ctx: Ctx) -> tuple[dict[str, Any], dict[str, str]]:
     return ctx.roles_cache
 
 
-def _source(ctx: Ctx) -> dict:
+def _source(ctx: Ctx) -> SourceEvidence:
     from sweep.controller.intake import load_source
     src = load_source(ctx.paths.dir)
     if src is None:
@@ -229,8 +231,8 @@ def intake(ctx: Ctx):
         raise Ending(Outcome.blocked, EndReason.intake_failed, str(exc)) from None
     except IntakeTransient as exc:
         raise AttemptFailed(f"intake: {exc}") from None
-    return Phase.author, {"base": src["base"], "head": src["head"], "evidence_sha256": src["evidence_sha256"],
-                          "changed_files": len(src.get("changed_files") or [])}
+    return Phase.author, {"base": src.base, "head": src.head, "evidence_sha256": src.evidence_sha256,
+                          "changed_files": len(src.changed_files)}
 
 
 def author(ctx: Ctx):
@@ -241,12 +243,12 @@ def author(ctx: Ctx):
     revision = max(cps.author_revision, cps.retry_after_revision) + 1
     findings = cps.repair.findings if cps.repair else []
     workspace = fresh_dir(ctx.paths.work / f"author-r{revision:04d}")
-    _git_export(src["repo"], src["base"], workspace / "repo")
+    _git_export(src.repo, src.base, workspace / "repo")
     make_private_dir(workspace / "task")
     prompt = _author_prompt(src, findings)
-    runtime_source = {"kind": "git", "repo": src["repo"], "base": src["base"], "head": src["head"],
-                      "title": src["title"], "body": src["body"],
-                      "test_command": src.get("test_command") or "python3 -m unittest -q"}
+    runtime_source = {"kind": "git", "repo": src.repo, "base": src.base, "head": src.head,
+                      "title": src.title, "body": src.body,
+                      "test_command": src.test_command or "python3 -m unittest -q"}
     result = _session(ctx, "author", workspace, prompt, {"source": runtime_source, "findings": findings,
                                                         "revision": revision})
     if not result.ok:
@@ -289,12 +291,12 @@ def _failed_gates_for(ctx: Ctx, sha: str) -> str | None:
 PROMPT_DIFF_LIMIT = 200_000     # characters of the PR's diff in the author's prompt
 
 
-def _pr_diff(src: dict) -> str:
+def _pr_diff(src: SourceEvidence) -> str:
     """The PR's diff (base..head) as text for the prompt, cut at PROMPT_DIFF_LIMIT; "" if git fails."""
     from sweep.git import GitFailed, run_git
     try:
-        out = run_git(["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames", src["base"],
-                       src["head"], "--"], repo=src["repo"], timeout=120)
+        out = run_git(["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames", src.base,
+                       src.head, "--"], repo=src.repo, timeout=120)
     except GitFailed:
         return ""
     text = out.decode("utf-8", errors="replace")
@@ -303,12 +305,12 @@ def _pr_diff(src: dict) -> str:
     return text
 
 
-def _author_prompt(src: dict, findings: list[str]) -> str:
+def _author_prompt(src: SourceEvidence, findings: list[str]) -> str:
     # the author's instructions promise the PR's title, body and diff: all untrusted data, which
     # only ever becomes the content of the prompt file
-    text = ["# Pull request", "", f"Title: {src['title']}", "", "Body:", src["body"] or "(empty)", "",
-            f"Base commit: {src['base']}", f"Head commit: {src['head']}", "",
-            "Changed files:", *[f"- {f}" for f in (src.get("changed_files") or [])[:200]]]
+    text = ["# Pull request", "", f"Title: {src.title}", "", "Body:", src.body or "(empty)", "",
+            f"Base commit: {src.base}", f"Head commit: {src.head}", "",
+            "Changed files:", *[f"- {f}" for f in src.changed_files[:200]]]
     diff = _pr_diff(src)
     if diff:
         text += ["", "Diff (base..head):", "```diff", diff.rstrip("\n"), "```"]
@@ -432,9 +434,12 @@ def review(ctx: Ctx):
                        "bundle_sha256": sha})
     if not result.ok:
         raise AttemptFailed(f"reviewer session {result.status}: {result.reason or ''} {result.evidence[:300]}")
-    verdict = result.structured_output or {}
-    decision = verdict.get("verdict")
-    findings = [str(f) for f in verdict.get("findings", [])][:20]
+    try:
+        verdict = ReviewVerdict.model_validate(result.structured_output or {})
+    except ValidationError as exc:
+        raise AttemptFailed(f"reviewer output: {describe_validation_error(exc)}") from None
+    decision = verdict.verdict
+    findings = [str(f) for f in verdict.findings][:20]
     write_json(ctx.evidence_path("review", revision),
                ReviewEvidence(bundle_sha256=sha, gates_bundle_sha256=gates_cp.bundle_sha256 if gates_cp else None,
                               verdict=verdict, at=time.time()).to_json())
@@ -443,10 +448,11 @@ def review(ctx: Ctx):
         nxt = Phase.solve if quality.run_rollout and quality.rollouts > 0 else Phase.evaluate
         return nxt, {"verdict": "accept", "bundle_sha256": sha, "revision": revision}
     if decision == "revise":
-        return _repair_or_end(ctx, "review", findings or [verdict.get("rationale", "reviewer asked for a revision")])
+        return _repair_or_end(ctx, "review", findings or [verdict.rationale if "rationale" in verdict.model_fields_set
+                                                          else "reviewer asked for a revision"])
     if decision == "reject":
         raise Ending(Outcome.generated_unverified, EndReason.review_rejected,
-                     "; ".join(findings)[:500] or str(verdict.get("rationale", ""))[:500])
+                     "; ".join(findings)[:500] or str(verdict.rationale if verdict.rationale is not None else "")[:500])
     raise AttemptFailed(f"reviewer verdict {decision!r} is not accept/revise/reject")
 
 

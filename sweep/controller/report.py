@@ -2,31 +2,40 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
+from runstate.errors import StateError
 from runstate.files import write_atomic
+from runstate.models import RunRecord
 from sweep import textsafe
+from sweep.models.evidence import Checkpoints
 from sweep.redact import Redactor
 
+if TYPE_CHECKING:
+    from sweep.controller.context import Ctx
 
-def write_report(ctx, rec, detail: str) -> None:
-    cps = rec.checkpoints
-    lines = [f"# {rec.run_id}: {rec.outcome.value}" + (f" ({rec.reason})" if rec.reason else ""), ""]
+
+def write_report(ctx: Ctx, rec: RunRecord, detail: str) -> None:
+    try:
+        cps = Checkpoints.of(rec.checkpoints, where=str(ctx.paths.state))
+    except StateError as exc:        # the ending is still reported; what could not be read is named
+        cps, detail = Checkpoints(), f"{detail}\n\n{exc}".strip()
+    lines = [f"# {rec.run_id}: {rec.outcome.value if rec.outcome else rec.state.value}"
+             + (f" ({rec.reason})" if rec.reason else ""), ""]
     if detail:
         lines += [detail, ""]
     if getattr(ctx.campaign.settings, "isolation", "bwrap") == "none":
         lines += ["**UNSANDBOXED**: the plan sets isolation = \"none\"; sessions and trials of this run "
                   "ran without the sandbox (docs/security.md).", ""]
-    src = cps.get("intake", {})
-    if src:
-        lines += ["## Source", f"- base `{src.get('base')}`, head `{src.get('head')}`",
-                  f"- evidence sha256 `{src.get('evidence_sha256')}`", ""]
+    src = cps.intake
+    if src is not None and src.to_json():
+        lines += ["## Source", f"- base `{src.base}`, head `{src.head}`",
+                  f"- evidence sha256 `{src.evidence_sha256}`", ""]
     lines += ["## Phases"]
-    for name in ("intake", "author", "gates", "review", "solve", "evaluate"):
-        if name in cps:
-            summary = {k: v for k, v in cps[name].items() if k != "at"}
-            lines.append(f"- **{name}**: {summary}")
-    if "repair" in cps:
-        lines.append(f"- repairs: {cps['repair'].get('count')} (last after {cps['repair'].get('after')})")
+    for name, cp in cps.phases():
+        lines.append(f"- **{name}**: {cp.summary()}")
+    if cps.repair is not None:
+        lines.append(f"- repairs: {cps.repair.count} (last after {cps.repair.after})")
     lines += ["", "## Spend", f"- committed {rec.spent_usd:.4f} USD of allocation "
               f"{'unlimited' if rec.allocation_usd is None else f'{rec.allocation_usd:.2f} USD'}",
               "", f"Attempts: {rec.attempts}/{rec.max_attempts} (failed attempts, as `sweep show` counts them). "

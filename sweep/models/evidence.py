@@ -52,11 +52,16 @@ class SourceEvidence(Evidence):
 # ---- evidence/<kind>-rNNNN.json ------------------------------------------------------------------
 
 class GateResult(Evidence):
-    model_config = ConfigDict(extra="allow")      # fail_to_pass carries its per-test lists too
+    model_config = ConfigDict(extra="allow")      # a gate may carry more than is read here
 
     ok: bool
     detail: str = ""
     rewards: list[float | None] | None = None
+    # the fail_to_pass gate's per-test evidence (sweep/harbor/junit.py; lists capped, counts whole)
+    fail_to_pass: list[str] | None = None
+    pass_to_pass: list[str] | None = None
+    fail_to_pass_count: int | None = None
+    pass_to_pass_count: int | None = None
 
 
 class GatesEvidence(Evidence):
@@ -74,10 +79,21 @@ class GatesEvidence(Evidence):
         return [name for name, g in self.gates.items() if not g.ok]
 
 
+class ReviewVerdict(Evidence):
+    """The reviewer's structured output, as given (validated against its role's output_schema
+    before it is stored); keys a campaign's own reviewer schema adds are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    verdict: str | None = None        # accept | revise | reject (roles/reviewer.toml)
+    findings: list[Any] = Field(default_factory=list)
+    rationale: Any = None
+
+
 class ReviewEvidence(Evidence):
     bundle_sha256: str
     gates_bundle_sha256: str | None = None
-    verdict: dict[str, Any] = Field(default_factory=dict)   # the reviewer's structured output, as given
+    verdict: ReviewVerdict = Field(default_factory=ReviewVerdict)
     at: float = 0.0
 
 
@@ -95,6 +111,19 @@ class SolveEvidence(Evidence):
     at: float = 0.0
 
 
+# ---- sessions/NNNN-<role>/result.json -------------------------------------------------------------
+
+class SessionRecord(Evidence):
+    """A role session's result.json (written by sweep/runtimes/session.py), as far as it is read
+    back: which role ran, on which runtime, under which manifest, and how it ended."""
+
+    role: str | None = None
+    runtime: str = ""
+    manifest_sha256: str = ""
+    status: str | None = None
+    cost_usd: float | None = None
+
+
 # ---- state.json's checkpoints ----------------------------------------------------------------------
 
 class Checkpoint(Evidence):
@@ -103,6 +132,16 @@ class Checkpoint(Evidence):
     at: float | None = None
     revision: int | None = None
     bundle_sha256: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """What the phase said, without its time (report.md)."""
+        return {k: v for k, v in self.to_json().items() if k != "at"}
+
+
+class IntakeCheckpoint(Checkpoint):
+    base: str | None = None
+    head: str | None = None
+    evidence_sha256: str | None = None
 
 
 class GatesCheckpoint(Checkpoint):
@@ -125,6 +164,7 @@ class RepairCheckpoint(Evidence):
 
     count: int = 0
     findings: list[str] = Field(default_factory=list)
+    after: str | None = None          # the phase whose findings sent it back to the author
 
 
 class Checkpoints(Evidence):
@@ -132,7 +172,7 @@ class Checkpoints(Evidence):
 
     model_config = ConfigDict(extra="allow")
 
-    intake: Checkpoint | None = None
+    intake: IntakeCheckpoint | None = None
     author: Checkpoint | None = None
     gates: GatesCheckpoint | None = None
     review: ReviewCheckpoint | None = None
@@ -147,6 +187,15 @@ class Checkpoints(Evidence):
             return cls.model_validate(checkpoints)
         except ValidationError as exc:
             raise StateError("checkpoints: " + describe_validation_error(exc), path=where) from None
+
+    def phases(self) -> list[tuple[str, Checkpoint]]:
+        """The finished phases' checkpoints, in pipeline order."""
+        out: list[tuple[str, Checkpoint]] = []
+        for name in ("intake", "author", "gates", "review", "solve", "evaluate"):
+            cp = getattr(self, name)
+            if cp is not None:
+                out.append((name, cp))
+        return out
 
     @property
     def author_revision(self) -> int:

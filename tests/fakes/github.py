@@ -49,7 +49,7 @@ class Pull:
     head: str
     title: str
     body: str
-    files: list[str] = field(default_factory=list)
+    files: list = field(default_factory=list)     # names, or raw entries (dicts) as GitHub might send
 
 
 class FakeGitHub:
@@ -151,7 +151,8 @@ class FakeGitHub:
                 return self._json(handler, 404, {"message": "Not Found",
                                                  "documentation_url": "https://docs.github.com/rest"})
             if len(parts) == 7 and parts[6] == "files":
-                return self._json(handler, 200, [{"filename": f, "status": "modified"} for f in pull.files])
+                return self._json(handler, 200, [f if isinstance(f, dict) else {"filename": f, "status": "modified"}
+                                                 for f in pull.files])   # a dict: an entry as given
             if len(parts) == 6:
                 return self._json(handler, 200, self._pull_json(pull))
         self._json(handler, 404, {"message": "Not Found"})

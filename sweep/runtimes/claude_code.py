@@ -39,7 +39,7 @@ import os
 import re
 import shutil
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runstate.errors import ConfigError
@@ -219,7 +219,7 @@ class ClaudeStream:
     assistant_messages: int = 0
     assistant_errors: list[str] = field(default_factory=list)
     retries: list[dict] = field(default_factory=list)
-    result: dict | None = None
+    result: ResultEvent | None = None
     bad_lines: int = 0
     events: int = 0
     last_type: str | None = None
@@ -256,35 +256,70 @@ class ClaudeStream:
             if isinstance(err, str):
                 self.assistant_errors.append(err[:64])
         elif kind == "result":
-            self.result = event
-            self.session_id = _str(event.get("session_id")) or self.session_id
+            self.result = ResultEvent.read(event)
+            self.session_id = self.result.session_id or self.session_id
 
     def provenance(self) -> dict:
-        r = self.result or {}
-        usage = r.get("usage") if isinstance(r.get("usage"), dict) else {}
-        denials = r.get("permission_denials") if isinstance(r.get("permission_denials"), list) else []
+        r = self.result or ResultEvent.read({})
         return {
             "runtime": "claude-code", "cli_version": self.cli_version, "model": self.model,
             "session_id": self.session_id, "permission_mode": self.permission_mode, "tools": self.tools,
-            "num_turns": r.get("num_turns"), "total_cost_usd": r.get("total_cost_usd"),
-            "usage": {k: usage.get(k) for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens",
-                                               "cache_read_input_tokens") if k in usage},
-            "subtype": r.get("subtype"), "is_error": r.get("is_error"),
-            "api_error_status": r.get("api_error_status"), "terminal_reason": r.get("terminal_reason"),
-            "stop_reason": r.get("stop_reason"),
-            "permission_denials": [_denial(d) for d in denials[:MAX_DENIALS_KEPT]],
-            "permission_denials_total": len(denials),
+            "num_turns": r.num_turns, "total_cost_usd": r.total_cost_usd,
+            "usage": {k: r.usage[k] for k in USAGE_KEPT if k in r.usage},
+            "subtype": r.subtype, "is_error": r.is_error,
+            "api_error_status": r.api_error_status, "terminal_reason": r.terminal_reason,
+            "stop_reason": r.stop_reason,
+            "permission_denials": r.denials, "permission_denials_total": r.denials_total,
             "api_retries": self.retries[-20:], "api_retries_total": len(self.retries),
             "assistant_errors": self.assistant_errors[-10:], "events": self.events, "bad_lines": self.bad_lines,
-            "final_text": _str(r.get("result"), 2000),
+            "final_text": _str(r.text, 2000),
         }
 
 
-def _str(value, limit: int = 200) -> str | None:
+USAGE_KEPT = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+@dataclass(frozen=True)
+class ResultEvent:
+    """claude's `result` event, read field by field: a field of the wrong type reads as absent, so
+    nothing downstream handles untyped JSON (the stream is the CLI's, but a forged line is possible)."""
+    subtype: str | None
+    is_error: bool
+    num_turns: int | None
+    total_cost_usd: float | None
+    usage: dict[str, int]                 # the integer counters only
+    api_error_status: int | None
+    terminal_reason: str | None
+    stop_reason: str | None
+    denials: list[dict[str, str | None]]  # the first MAX_DENIALS_KEPT, shortened
+    denials_total: int
+    text: str | None                      # the final text: quoted as evidence, never matched
+    structured_output: object
+    session_id: str | None
+
+    @classmethod
+    def read(cls, event: dict) -> ResultEvent:
+        usage = event.get("usage")
+        denials = event.get("permission_denials")
+        denials = denials if isinstance(denials, list) else []
+        turns = event.get("num_turns")
+        return cls(subtype=_str(event.get("subtype"), 64), is_error=bool(event.get("is_error")),
+                   num_turns=turns if isinstance(turns, int) and not isinstance(turns, bool) else None,
+                   total_cost_usd=_number(event.get("total_cost_usd")),
+                   usage={k: v for k, v in usage.items() if isinstance(k, str) and isinstance(v, int)
+                          and not isinstance(v, bool)} if isinstance(usage, dict) else {},
+                   api_error_status=_status(event.get("api_error_status")),
+                   terminal_reason=_str(event.get("terminal_reason")), stop_reason=_str(event.get("stop_reason")),
+                   denials=[_denial(d) for d in denials[:MAX_DENIALS_KEPT]], denials_total=len(denials),
+                   text=_str(event.get("result"), 100_000), structured_output=event.get("structured_output"),
+                   session_id=_str(event.get("session_id")))
+
+
+def _str(value: object, limit: int = 200) -> str | None:
     return value[:limit] if isinstance(value, str) else None
 
 
-def _denial(d) -> dict:
+def _denial(d: object) -> dict[str, str | None]:
     if not isinstance(d, dict):
         return {}
     tool_input = d.get("tool_input")
@@ -292,13 +327,13 @@ def _denial(d) -> dict:
             "tool_input": json.dumps(tool_input)[:300] if tool_input is not None else None}
 
 
-def _number(value) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
 
 
-def _status(value) -> int | None:
+def _status(value: object) -> int | None:
     """api_error_status / error_status as an int (the CLI writes 529, "529" or "None")."""
     if isinstance(value, bool):
         return None
@@ -330,49 +365,42 @@ def classify_stream(stream: ClaudeStream, outcome) -> Parsed:
     could not run (config). The `result` text is only quoted as evidence, never matched.
     """
     r = stream.result
-    turns = r.get("num_turns") if r and isinstance(r.get("num_turns"), int) else None
-    cost = _number(r.get("total_cost_usd")) if r else None
-    usage = r.get("usage") if r and isinstance(r.get("usage"), dict) else {}
-    tokens = sum(v for v in usage.values() if isinstance(v, int) and not isinstance(v, bool))
-    if cost == 0 and tokens > 0:
+    cost = r.total_cost_usd if r else None
+    if cost == 0 and r and sum(r.usage.values()) > 0:
         cost = None     # tokens were spent, so $0 is not a price: charge the reservation instead
-    common = {"turns": turns, "cost_usd": cost, "session_id": stream.session_id}
-    said = (_str(r.get("result"), 300) if r else None) or ""
+    turns = r.num_turns if r else None
+    failed = Parsed(ok=False, turns=turns, cost_usd=cost, session_id=stream.session_id)
+
+    def fail(cls: str, reason: str, evidence: str) -> Parsed:
+        return replace(failed, failure_class=cls, reason=reason, evidence=evidence)
+
     stopped = getattr(outcome, "stopped", None)
     if stopped == "stalled":
-        return Parsed(ok=False, failure_class="outage", reason="stalled",
-                      evidence=f"no stream event for the stall limit; stopped ({_last_signs(stream)})", **common)
+        return fail("outage", "stalled", f"no stream event for the stall limit; stopped ({_last_signs(stream)})")
     if stopped:
-        return Parsed(ok=False, failure_class="failure", reason="stopped", evidence=str(stopped), **common)
+        return fail("failure", "stopped", str(stopped))
     if r is None:
         if getattr(outcome, "timed_out", False):
             # killed while the CLI was retrying the API (its last event an api_retry): the API is
             # the cause; killed anywhere else: the session simply ran out of time
             cls = _class_from_signs(stream) if stream.last_type == "system/api_retry" else None
-            return Parsed(ok=False, failure_class=cls or "failure", reason="walltime",
-                          evidence=f"killed at the walltime ({_last_signs(stream)})", **common)
+            return fail(cls or "failure", "walltime", f"killed at the walltime ({_last_signs(stream)})")
         if stream.events == 0:
             err = (getattr(outcome, "stderr_tail", "") or "").strip().splitlines()
-            return Parsed(ok=False, failure_class="config", reason="cli_failed",
-                          evidence=f"claude exited {outcome.rc} before its first event: "
-                                   f"{err[-1][:300] if err else 'no message'}", **common)
-        cls = _class_from_signs(stream) or "failure"
-        return Parsed(ok=False, failure_class=cls, reason="no_result",
-                      evidence=f"claude exited {outcome.rc} without a result event ({_last_signs(stream)})", **common)
-    subtype = r.get("subtype")
-    if not r.get("is_error") and subtype == "success":
-        return Parsed(ok=True, evidence=f"claude: {turns} turns, {cost} USD",
-                      output=r.get("structured_output"), **common)
-    if subtype == "error_max_turns":
-        return Parsed(ok=False, failure_class="failure", reason="max_turns",
-                      evidence=f"reached the turn cap ({turns} turns)", **common)
-    if subtype == "error_max_budget_usd":
-        return Parsed(ok=False, failure_class="failure", reason="max_budget",
-                      evidence=f"reached the cost cap ({cost} USD)", **common)
-    if subtype == "error_max_structured_output_retries":
-        return Parsed(ok=False, failure_class="failure", reason="no_structured_output",
-                      evidence="the model never produced a valid structured output", **common)
-    status = _status(r.get("api_error_status"))
+            return fail("config", "cli_failed", f"claude exited {outcome.rc} before its first event: "
+                                                f"{err[-1][:300] if err else 'no message'}")
+        return fail(_class_from_signs(stream) or "failure", "no_result",
+                    f"claude exited {outcome.rc} without a result event ({_last_signs(stream)})")
+    said = (r.text or "")[:300]
+    if not r.is_error and r.subtype == "success":
+        return replace(failed, ok=True, evidence=f"claude: {turns} turns, {cost} USD", output=r.structured_output)
+    if r.subtype == "error_max_turns":
+        return fail("failure", "max_turns", f"reached the turn cap ({turns} turns)")
+    if r.subtype == "error_max_budget_usd":
+        return fail("failure", "max_budget", f"reached the cost cap ({cost} USD)")
+    if r.subtype == "error_max_structured_output_retries":
+        return fail("failure", "no_structured_output", "the model never produced a valid structured output")
+    status = r.api_error_status
     # A billing or key problem is config whatever the status (billing comes as a 400); otherwise
     # the HTTP status decides (the CLI marks a 529 `server_error`, yet it is capacity: throttle);
     # without a status, the CLI's own error markers and retry events.
@@ -380,10 +408,8 @@ def classify_stream(stream: ClaudeStream, outcome) -> Parsed:
     cls = "config" if marker == "config" else (class_of_status(status) if status is not None else marker)
     if cls is not None:
         where = f"api_error_status {status}" if status is not None else _last_signs(stream)
-        return Parsed(ok=False, failure_class=cls, reason="api_error",
-                      evidence=f"claude API error ({where}): {said}", **common)
-    return Parsed(ok=False, failure_class="failure", reason=str(subtype or "error")[:64],
-                  evidence=f"claude ended with an error ({subtype}): {said}", **common)
+        return fail(cls, "api_error", f"claude API error ({where}): {said}")
+    return fail("failure", (r.subtype or "error")[:64], f"claude ended with an error ({r.subtype}): {said}")
 
 
 def _class_from_signs(stream: ClaudeStream) -> str | None:

@@ -33,9 +33,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from runstate.errors import ConfigError
 from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
@@ -224,7 +223,7 @@ class CodexStream:
     events: int = 0
     bad_lines: int = 0
 
-    def feed_line(self, raw) -> None:
+    def feed_line(self, raw: bytes | str) -> None:
         line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
         line = line.strip()
         if not line:
@@ -239,24 +238,26 @@ class CodexStream:
             return
         self.events += 1
         kind = event.get("type")
-        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
-            self.thread_id = event["thread_id"][:100]
+        if kind == "thread.started":
+            thread_id = event.get("thread_id")
+            if isinstance(thread_id, str):
+                self.thread_id = thread_id[:100]
         elif kind == "item.completed":
-            item = event.get("item") if isinstance(event.get("item"), dict) else {}
-            if item.get("type") in STEP_ITEMS:
+            item = _obj(event.get("item"))
+            item_type, item_text = item.get("type"), item.get("text")
+            if isinstance(item_type, str) and item_type in STEP_ITEMS:
                 self.steps += 1
-            if item.get("type") == "agent_message" and isinstance(item.get("text"), str):
-                self.final_text = item["text"][:2000]
+            if item_type == "agent_message" and isinstance(item_text, str):
+                self.final_text = item_text[:2000]
         elif kind == "turn.completed":
             self.turns_completed += 1
-            usage = event.get("usage") if isinstance(event.get("usage"), dict) else {}
+            usage = _obj(event.get("usage"))
             for key in self.usage:
                 value = usage.get(key)
                 if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                     self.usage[key] += value
         elif kind in ("turn.failed", "error"):
-            err = event.get("error") if kind == "turn.failed" else event
-            message = err.get("message") if isinstance(err, dict) else None
+            message = _obj(event.get("error") if kind == "turn.failed" else event).get("message")
             if isinstance(message, str):
                 if message.startswith("Reconnecting"):
                     self.reconnects += 1
@@ -272,6 +273,11 @@ class CodexStream:
                 "turns_completed": self.turns_completed, "usage": dict(self.usage), "cost_usd": self.cost_usd,
                 "priced": self.prices is not None, "failures": self.failures[-5:], "reconnects": self.reconnects,
                 "final_text": self.final_text, "events": self.events, "bad_lines": self.bad_lines}
+
+
+def _obj(value: object) -> dict[str, object]:
+    """A JSON object read from the stream, or {} for anything else (a forged line is possible)."""
+    return value if isinstance(value, dict) else {}
 
 
 class CodexWatch:
@@ -307,18 +313,20 @@ def status_in(message: str) -> int | None:
 
 
 def classify_codex(stream: CodexStream, outcome, output) -> Parsed:
-    common: dict[str, Any] = {"turns": stream.steps, "cost_usd": stream.cost_usd, "session_id": stream.thread_id}
-    stopped = getattr(outcome, "stopped", None) or ""
+    failed = Parsed(ok=False, turns=stream.steps, cost_usd=stream.cost_usd, session_id=stream.thread_id)
+
+    def fail(cls: str, reason: str, evidence: str) -> Parsed:
+        return replace(failed, failure_class=cls, reason=reason, evidence=evidence)
+
+    stopped: str = getattr(outcome, "stopped", None) or ""
     if stopped == "stalled" or stopped.startswith("unreachable"):
-        return Parsed(ok=False, failure_class="outage", reason="stalled" if stopped == "stalled" else "unreachable",
-                      evidence=f"codex: {stopped}", **common)
+        return fail("outage", "stalled" if stopped == "stalled" else "unreachable", f"codex: {stopped}")
     if stopped.startswith("max_turns") or stopped.startswith("max_budget"):
-        return Parsed(ok=False, failure_class="failure", reason=stopped.split(":")[0], evidence=f"codex {stopped}",
-                      **common)
+        return fail("failure", stopped.split(":")[0], f"codex {stopped}")
     if stopped:
-        return Parsed(ok=False, failure_class="failure", reason="stopped", evidence=stopped, **common)
+        return fail("failure", "stopped", stopped)
     if getattr(outcome, "timed_out", False):
-        return Parsed(ok=False, failure_class="failure", reason="walltime", evidence="killed at the walltime", **common)
+        return fail("failure", "walltime", "killed at the walltime")
     if stream.failures:
         message = stream.failures[-1]
         status = status_in(message)
@@ -326,19 +334,17 @@ def classify_codex(stream: CodexStream, outcome, output) -> Parsed:
         if "quota" in lowered or "billing" in lowered:
             cls = "config"
         elif status is not None:
-            cls = class_of_status(status)
+            cls = class_of_status(status) or "failure"
         elif "high demand" in lowered or "stream disconnected" in lowered:
             cls = "outage"
         else:
             cls = "failure"
-        return Parsed(ok=False, failure_class=cls, reason="api_error" if cls != "failure" else "codex_error",
-                      evidence=f"codex turn failed (status {status}): {message[:300]}", **common)
+        return fail(cls, "api_error" if cls != "failure" else "codex_error",
+                    f"codex turn failed (status {status}): {message[:300]}")
     if stream.events == 0:
         err = (getattr(outcome, "stderr_tail", "") or "").strip().splitlines()
-        return Parsed(ok=False, failure_class="config", reason="cli_failed",
-                      evidence=f"codex exited {outcome.rc} before its first event: {err[-1][:300] if err else ''}",
-                      **common)
+        return fail("config", "cli_failed",
+                    f"codex exited {outcome.rc} before its first event: {err[-1][:300] if err else ''}")
     if outcome.rc != 0 or stream.turns_completed == 0:
-        return Parsed(ok=False, failure_class="failure", reason="no_result",
-                      evidence=f"codex exited {outcome.rc} after {stream.turns_completed} completed turn(s)", **common)
-    return Parsed(ok=True, evidence=f"codex: {stream.steps} steps", output=output, **common)
+        return fail("failure", "no_result", f"codex exited {outcome.rc} after {stream.turns_completed} completed turn(s)")
+    return replace(failed, ok=True, evidence=f"codex: {stream.steps} steps", output=output)

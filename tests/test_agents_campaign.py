@@ -79,44 +79,64 @@ def test_a_campaign_played_by_claude_ends_verified_with_settled_costs(tmp_path, 
 
 
 CODEX_PRICES = {"input_per_mtok": 1.25, "output_per_mtok": 10.0}
+OPENAI_KEY = "sk-openai-fake-0123456789"
+needs_codex = pytest.mark.skipif(shutil.which("codex") is None,
+                                 reason="the codex CLI is not installed (.ci/run installs it)")
+
+
+def codex_solver_plan(tmp_path, fake, openai, **settings) -> dict:
+    """author and reviewer claude, solver codex, each scripted to play its role well."""
+    from tests.fakes.agent_scripts import codex_solver_script
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    fake.script("author", author_script(src))
+    fake.script("reviewer", reviewer_script())
+    openai.script("solver", codex_solver_script(src))
+    runtimes = {"author": "claude-code", "reviewer": "claude-code", "solver": "codex"}
+    options = {"author": claude_options(fake, "author"), "reviewer": claude_options(fake, "reviewer"),
+               "solver": {"base_url": openai.url("solver"), "max_retries": 0, "stall_s": 60,
+                          "model": "gpt-5", "prices": CODEX_PRICES}}
+    return local_plan([candidate("pr-0", src, runtime_options=options)],
+                      defaults={"runtimes": runtimes, "quality": {"max_repairs": 0}}, max_spend_usd=50, **settings)
+
+
+def give_solver_the_openai_family(d) -> None:
+    """The operator gives the solver OpenAI's key family (the manifest decides what a session sees)."""
+    solver_toml = d / "roles" / "solver.toml"
+    solver_toml.write_text(solver_toml.read_text().replace('key_family = "anthropic"', 'key_family = "openai"'))
+
+
+def assert_codex_solver_campaign_verified(d) -> dict:
+    rec = record(d, "pr-0")
+    assert rec.outcome is Outcome.verified, (rec, rec.last_error)
+    done = sessions(d, "pr-0")
+    assert [(s["role"], s["runtime"], s["status"]) for s in done] == [
+        ("author", "claude-code", "ok"), ("reviewer", "claude-code", "ok"), ("solver", "codex", "ok")]
+    solver = done[2]
+    assert solver["session_id"] and solver["cost_usd"] > 0 and solver["turns"] >= 1
+    solve = json.loads((run_dir(d, "pr-0") / "evidence" / "solve-r0001.json").read_text())
+    assert [r["reward"] for r in solve["rollouts"]] == [1.0]
+    spend = json.loads((run_dir(d, "pr-0") / "spend.json").read_text())
+    assert [e["status"] for e in spend["entries"]] == ["settled"] * 3
+    assert spend["entries"][2]["actual_usd"] == pytest.approx(solver["cost_usd"])
+    for path in d.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert FAKE_KEY.encode() not in data and OPENAI_KEY.encode() not in data, path
+    return solver
 
 
 @needs_claude
-@pytest.mark.skipif(shutil.which("codex") is None, reason="the codex CLI is not installed (.ci/run installs it)")
+@needs_codex
 def test_a_campaign_with_a_codex_solver_ends_verified(tmp_path, fake):
-    from tests.fakes.agent_scripts import codex_solver_script
     from tests.fakes.openai_api import FakeOpenAI
     openai = FakeOpenAI()
     try:
-        src = make_pr_repo(tmp_path / "repos", "verified")
-        fake.script("author", author_script(src))
-        fake.script("reviewer", reviewer_script())
-        openai.script("solver", codex_solver_script(src))
-        runtimes = {"author": "claude-code", "reviewer": "claude-code", "solver": "codex"}
-        options = {"author": claude_options(fake, "author"), "reviewer": claude_options(fake, "reviewer"),
-                   "solver": {"base_url": openai.url("solver"), "max_retries": 0, "stall_s": 60,
-                              "model": "gpt-5", "prices": CODEX_PRICES}}
-        plan = local_plan([candidate("pr-0", src, runtime_options=options)],
-                          defaults={"runtimes": runtimes, "quality": {"max_repairs": 0}}, max_spend_usd=50)
+        plan = codex_solver_plan(tmp_path, fake, openai)
         d = tmp_path / "camp"
         sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
-        # the operator gives the solver OpenAI's key family (the manifest decides what a session sees)
-        solver_toml = d / "roles" / "solver.toml"
-        solver_toml.write_text(solver_toml.read_text().replace('key_family = "anthropic"', 'key_family = "openai"'))
-        tick_until_done(d, env={**ENV, "OPENAI_API_KEY": "sk-openai-fake-0123456789"}, timeout=300)
-
-        rec = record(d, "pr-0")
-        assert rec.outcome is Outcome.verified, (rec, rec.last_error)
-        done = sessions(d, "pr-0")
-        assert [(s["role"], s["runtime"], s["status"]) for s in done] == [
-            ("author", "claude-code", "ok"), ("reviewer", "claude-code", "ok"), ("solver", "codex", "ok")]
-        solver = done[2]
-        assert solver["session_id"] and solver["cost_usd"] > 0 and solver["turns"] >= 1
-        solve = json.loads((run_dir(d, "pr-0") / "evidence" / "solve-r0001.json").read_text())
-        assert [r["reward"] for r in solve["rollouts"]] == [1.0]
-        spend = json.loads((run_dir(d, "pr-0") / "spend.json").read_text())
-        assert [e["status"] for e in spend["entries"]] == ["settled"] * 3
-        assert spend["entries"][2]["actual_usd"] == pytest.approx(solver["cost_usd"])
+        give_solver_the_openai_family(d)
+        tick_until_done(d, env={**ENV, "OPENAI_API_KEY": OPENAI_KEY}, timeout=300)
+        assert_codex_solver_campaign_verified(d)
     finally:
         openai.close()
 
@@ -150,3 +170,38 @@ def test_a_claude_campaign_through_sbatch_on_the_test_cluster_ends_verified(slur
     spend = json.loads((run_dir(d, "pr-0") / "spend.json").read_text())
     assert [e["status"] for e in spend["entries"]] == ["settled"] * 3
     assert all(r["api_key_set"] for r in fake.requests if r["tools"])
+
+
+@needs_claude
+@needs_codex
+@pytest.mark.slurm
+def test_a_codex_solver_campaign_through_sbatch_on_the_test_cluster_ends_verified(slurm_cluster, tmp_path, fake):
+    """The controller runs as a Slurm job; the codex solver's NATIVE binary starts inside the
+    sandbox on the compute side (its session ran under bwrap with codex's own sandbox off)."""
+    from sweep.runtimes.codex import native_binary
+    from tests.fakes.openai_api import FakeOpenAI
+    keys = {}
+    for family, value in (("anthropic", FAKE_KEY), ("openai", OPENAI_KEY)):
+        keys[family] = tmp_path / f"{family}.key"
+        keys[family].write_text(value + "\n")
+        keys[family].chmod(0o600)
+    openai = FakeOpenAI()
+    try:
+        plan = codex_solver_plan(tmp_path, fake, openai,
+                                 secrets={family: {"file": str(path)} for family, path in keys.items()})
+        plan["scheduler"] = {"backend": "slurm", "lanes": {"cpu": {"partition": "cpu", "time": "10"},
+                                                           "gpu": {"partition": "gpu", "time": "10"}}}
+        env = {"SLURM_CONF": str(slurm_cluster.conf)}     # keys come from [secrets], not the environment
+        d = tmp_path / "camp"
+        sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d), env=env)
+        give_solver_the_openai_family(d)
+        tick_until_done(d, env=env, timeout=300, pause=0.5)
+        assert record(d, "pr-0").job_id.isdigit()
+        solver = assert_codex_solver_campaign_verified(d)
+        assert solver["isolation"] == "bwrap" and solver["network"] == "api"
+        argv = json.loads((run_dir(d, "pr-0") / "sessions" / "0003-solver" / "argv.json").read_text())["argv"]
+        assert argv[0] == native_binary("codex") and not argv[0].endswith(".js")
+        assert argv[argv.index("-s") + 1] == "danger-full-access"     # ours encloses it
+        assert all(r["auth"] for r in openai.requests)
+    finally:
+        openai.close()

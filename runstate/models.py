@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 from enum import Enum, StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from typing_extensions import TypedDict
 
@@ -49,6 +49,10 @@ def validate_role(role: object) -> str:
     return role
 
 
+@overload
+def truncate(text: str, limit: int = DETAIL_LIMIT) -> str: ...
+@overload
+def truncate(text: None, limit: int = DETAIL_LIMIT) -> None: ...
 def truncate(text: str | None, limit: int = DETAIL_LIMIT) -> str | None:
     if text is None or len(text) <= limit:
         return text

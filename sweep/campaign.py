@@ -157,7 +157,8 @@ def check_local_sources(frozen: list[FrozenCandidate], plan_path: Path) -> None:
         c = fc.candidate
         if c.url or not c.repo:
             continue
-        by_repo.setdefault(c.repo, []).extend([(fc.panel_index, "base", c.base), (fc.panel_index, "head", c.head)])
+        repo, base, head = c.local_source()
+        by_repo.setdefault(repo, []).extend([(fc.panel_index, "base", base), (fc.panel_index, "head", head)])
     for repo, refs in by_repo.items():
         i = refs[0][0]
         path = Path(repo)

@@ -144,9 +144,11 @@ def _toml_doc(*, task_name: str, run_id: str, campaign: CampaignFile, rec: RunRe
     f2p = gates.get("fail_to_pass") or GateResult(ok=False)
     verdict = review_ev.verdict if review_ev else ReviewVerdict()
     title = " ".join(str((source.title if source else "") or cand.candidate.title or "").split())[:300]
-    old_verifier = bundle_toml.get("verifier") if isinstance(bundle_toml.get("verifier"), dict) else {}
-    old_agent = bundle_toml.get("agent") if isinstance(bundle_toml.get("agent"), dict) else {}
-    old_env = bundle_toml.get("environment") if isinstance(bundle_toml.get("environment"), dict) else {}
+    def table(key: str) -> dict[str, Any]:        # a table of the author's task.toml, or none
+        value = bundle_toml.get(key)
+        return value if isinstance(value, dict) else {}
+
+    old_verifier, old_agent, old_env = table("verifier"), table("agent"), table("environment")
 
     def num(table: dict[str, Any], key: str, default: float) -> float:
         v = table.get(key)

@@ -92,6 +92,12 @@ def _load(campaign_dir: Path, run_id: str) -> tuple[Path, RunRecord]:
     return rdir, loaded.value
 
 
+def _ending(rec: RunRecord) -> str:
+    """'outcome' or 'outcome:reason' of an ended record (state.json's invariants give it an outcome)."""
+    outcome = rec.outcome.value if rec.outcome is not None else "(no outcome)"
+    return outcome + (f":{rec.reason}" if rec.reason else "")
+
+
 def _write_holding_lease(rdir: Path, judged: RunRecord, new: RunRecord, event: Event) -> RunRecord:
     """Acquire the lease, compare the record with `judged`, write `new`, log, release."""
     token = "op" + secrets.token_hex(5)
@@ -134,7 +140,7 @@ def retry_run(campaign_dir: Path, run_id: str, *, reason: str | None = None,
                           "(the tick admits queued runs by itself)")
         if rec.outcome is Outcome.verified:
             raise Refused(f"{run_id} is verified: retrying would only spend money on a finished task")
-        previous = f"{rec.outcome.value}" + (f":{rec.reason}" if rec.reason else "")
+        previous = _ending(rec)
         cps = rec.checkpoints
         old_retry = cps.get("retry", {})
         last_revision = max(int(cps.get("author", {}).get("revision", 0) or 0),
@@ -181,7 +187,7 @@ def abort_run(campaign_dir: Path, run_id: str, *, reason: str | None = None, wai
     with _TickLock(campaign_dir, lock_wait_s):
         rdir, rec = _load(campaign_dir, run_id)
         if rec.state is RunState.ended:
-            ending = rec.outcome.value + (f":{rec.reason}" if rec.reason else "")
+            ending = _ending(rec)
             raise Refused(f"{run_id} has already ended ({ending}); nothing to abort"
                           + ("" if rec.outcome is Outcome.verified else f" (`sweep retry {run_id}` re-admits it)"))
         cancelled = ""
@@ -201,7 +207,7 @@ def abort_run(campaign_dir: Path, run_id: str, *, reason: str | None = None, wai
                 reap_lease(rdir, view)        # its holder is gone: CAS on the exact bytes judged
             rdir, rec = _load(campaign_dir, run_id)   # the controller may have written on SIGTERM
             if rec.state is RunState.ended:
-                ending = rec.outcome.value + (f":{rec.reason}" if rec.reason else "")
+                ending = _ending(rec)
                 return Done(run_id, f"{run_id}: {cancelled}it ended on its own ({ending}) before the abort "
                                     "took effect; record left as it is", rec)
         elif rec.state is RunState.active:

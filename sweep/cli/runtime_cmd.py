@@ -54,4 +54,5 @@ def show_cmd(campaign: str | None) -> None:
         next_step(f"sweep runtime freeze --campaign {d}")
         return
     click.echo(f"frozen runtime {rt.sha256} (sweep {rt.version}), python {rt.python}")
-    click.echo("controller command: " + " ".join(frozen_controller_command(d)))
+    command = frozen_controller_command(d)      # None if it was unfrozen since the line above
+    click.echo("controller command: " + (" ".join(command) if command else "this installation of sweep"))

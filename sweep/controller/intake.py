@@ -27,7 +27,7 @@ from runstate.files import make_private_dir, read_bytes, write_atomic
 from runstate.paths import SOURCE_FILE
 from sweep.git import GitFailed, run_git
 from sweep.models.evidence import SourceEvidence
-from sweep.models.plan import GITHUB_PR_RE, FrozenCandidate
+from sweep.models.plan import FrozenCandidate, github_pr
 
 GIT_TIMEOUT_S = 300
 API_TIMEOUT_S = 60
@@ -118,7 +118,11 @@ def take_in(rdir: Path, fc: FrozenCandidate, github: GithubSettings | None = Non
     if cand.url:
         evidence = _from_github(rdir, cand.url, github or GithubSettings.from_env())
     else:
-        evidence = _from_local(cand.repo, cand.base, cand.head, cand.title, cand.body)
+        try:
+            repo, base, head = cand.local_source()
+        except ValueError as exc:
+            raise IntakeFailed(str(exc)) from None
+        evidence = _from_local(repo, base, head, cand.title, cand.body)
     evidence["test_command"] = cand.options.test_command
     evidence["pr_key"] = fc.pr_key
     evidence["frozen_at"] = time.time()
@@ -194,7 +198,10 @@ def _api_get(settings: GithubSettings, path: str) -> dict | list:
 
 
 def _from_github(rdir: Path, url: str, settings: GithubSettings) -> dict:
-    owner, repo, number = GITHUB_PR_RE.match(url).groups()
+    try:
+        owner, repo, number = github_pr(url)
+    except ValueError as exc:
+        raise IntakeFailed(str(exc)) from None
     pr = _api_get(settings, f"/repos/{owner}/{repo}/pulls/{number}")
     if not isinstance(pr, dict):
         raise IntakeFailed("GitHub API: pull request answer is not an object")

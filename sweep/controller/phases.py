@@ -377,7 +377,7 @@ def gates(ctx: Ctx):
     if not problems:
         provider = _provider(ctx)
         from sweep.harbor import junit
-        rewards: dict[str, list[float]] = {"reference": [], "empty": []}
+        rewards: dict[str, list[float | None]] = {"reference": [], "empty": []}    # None: no reward
         details: dict[str, list[str]] = {"reference": [], "empty": []}
         reports: dict[str, list[Any]] = {"reference": [], "empty": []}      # per-test outcomes of each run (JUnit)
         for i in range(repeats):

@@ -61,16 +61,17 @@ def _git(repo: Path, *args: str, binary: bool = False) -> bytes:
         raise AuthorRefusal("git_failed", exc.message) from None
 
 
-def _check_source(source: dict) -> tuple[Path, str, str, str, str, list[str]]:
+def _check_source(source: object) -> tuple[Path, str, str, str, str, list[str]]:
     if not isinstance(source, dict) or source.get("kind") != "git":
         raise AuthorRefusal("bad_source", "the source must be {'kind': 'git', ...}")
     repo = source.get("repo")
     if not isinstance(repo, str) or not os.path.isabs(repo) or not os.path.isdir(repo):
         raise AuthorRefusal("bad_source", "source.repo must be the absolute path of a git repository")
     base, head = source.get("base"), source.get("head")
-    for name, value in (("base", base), ("head", head)):
-        if not isinstance(value, str) or not _SHA_RE.match(value):
-            raise AuthorRefusal("bad_source", f"source.{name} must be a commit sha (hex)")
+    if not isinstance(base, str) or not _SHA_RE.match(base):
+        raise AuthorRefusal("bad_source", "source.base must be a commit sha (hex)")
+    if not isinstance(head, str) or not _SHA_RE.match(head):
+        raise AuthorRefusal("bad_source", "source.head must be a commit sha (hex)")
     title = source.get("title") or ""
     body = source.get("body") or ""
     if not isinstance(title, str) or not isinstance(body, str):
@@ -134,8 +135,9 @@ def _clear(directory: Path) -> None:
             child.unlink()
 
 
-def build_bundle_from_git(source: dict, out: Path) -> BundleReport:
-    """Write the task bundle for the PR in `source` into `out` (emptied first)."""
+def build_bundle_from_git(source: object, out: Path) -> BundleReport:
+    """Write the task bundle for the PR in `source` into `out` (emptied first). `source` is the
+    author's input as given (a dict of the PR's frozen source), checked before anything is read."""
     repo, base, head, title, body, test_argv = _check_source(source)
     base = _git(repo, "rev-parse", "--verify", "--end-of-options", base + "^{commit}").decode().strip()
     head = _git(repo, "rev-parse", "--verify", "--end-of-options", head + "^{commit}").decode().strip()

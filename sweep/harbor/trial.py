@@ -68,11 +68,13 @@ def task_timeouts(bundle: Path) -> tuple[float | None, float | None]:
         data = tomllib.loads((bundle / layout.TASK_TOML).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None, None
-    out = []
+    out: list[float | None] = []
     for section in ("agent", "verifier"):
         value = data.get(section, {}).get("timeout_sec") if isinstance(data.get(section), dict) else None
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-        out.append(float(value) if ok else None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            out.append(float(value))
+        else:
+            out.append(None)
     return out[0], out[1]
 
 

@@ -15,6 +15,15 @@ from runstate.models import PIPELINE_ROLES, RUN_ID_RE
 from sweep.models.lanes import SchedulerSettings
 
 GITHUB_PR_RE = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/pull/(\d+)/?$")
+
+
+def github_pr(url: str) -> tuple[str, str, str]:
+    """(owner, repo, number) of a GitHub pull request URL; ValueError for anything else."""
+    m = GITHUB_PR_RE.match(url)
+    if m is None:
+        raise ValueError(f"{url!r} is not a GitHub pull request URL (expected https://github.com/OWNER/REPO/pull/NUMBER)")
+    owner, repo, number = m.groups()
+    return owner, repo, number
 GIT_REF_RE = re.compile(r"^[A-Za-z0-9._/@^~+-]{1,200}$")
 
 
@@ -131,20 +140,28 @@ class Candidate(Strict):
         if self.id:
             return self.id
         if self.url:
-            owner, repo, number = GITHUB_PR_RE.match(self.url).groups()
+            owner, repo, number = github_pr(self.url)
             raw = f"{owner}-{repo}-{number}"
         else:
-            name = self.repo.rstrip("/").rsplit("/", 1)[-1]
-            raw = f"{name}-{self.head}"
+            path, _, head = self.local_source()
+            name = path.rstrip("/").rsplit("/", 1)[-1]
+            raw = f"{name}-{head}"
         slug = re.sub(r"[^a-z0-9._-]+", "-", raw.lower()).strip("-.")
         return slug[:128] or "run"
 
     def pr_key(self) -> str:
         """A stable name of the PR, for duplicate detection against prior_verified."""
         if self.url:
-            owner, repo, number = GITHUB_PR_RE.match(self.url).groups()
+            owner, repo, number = github_pr(self.url)
             return f"{owner}/{repo}#{number}".lower()
         return f"{self.repo}@{self.base}..{self.head}"
+
+    def local_source(self) -> tuple[str, str, str]:
+        """(repo, base, head) of a local-repository candidate; ValueError for a URL candidate (the
+        validator guarantees the three together, but `model_copy` does not re-validate)."""
+        if not (self.repo and self.base and self.head):
+            raise ValueError("a local repo candidate needs repo, base and head")
+        return self.repo, self.base, self.head
 
 
 SECRET_FAMILIES = ("anthropic", "openai", "github")     # the RoleSpec key families, and intake's GitHub

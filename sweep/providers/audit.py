@@ -130,7 +130,8 @@ def diff(before: dict[str, PathState], after: dict[str, PathState]) -> list[Chan
     for rel in sorted(before.keys() | after.keys()):
         old, new = before.get(rel), after.get(rel)
         if old is None:
-            changes.append(Change(rel, "created", new.kind))
+            if new is not None:
+                changes.append(Change(rel, "created", new.kind))
         elif new is None:
             changes.append(Change(rel, "deleted", old.kind))
         elif not old.same_as(new):

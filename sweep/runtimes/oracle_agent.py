@@ -33,7 +33,7 @@ def reviewer(inputs: dict, workspace: Path) -> dict:
     for name in failed:
         detail = gate_detail(gates.get(name)) if isinstance(gates, dict) else ""
         findings.append(f"gate '{name}' did not pass" + (f": {detail}" if detail else ""))
-    if passed:
+    if passed and isinstance(gates, dict):
         rationale = f"All {len(gates)} gates passed: the task is valid, solvable and not trivially passing."
     else:
         rationale = "The oracle reviewer accepts exactly when every gate passed; " + ", ".join(failed) + " did not."

@@ -178,6 +178,8 @@ class LocalProvider:
                             "--", *argv]
                 mounts = view.mount_args()
                 data_args, data_fds = view.data_fds()
+                if self._bwrap is None:      # never: isolation "bwrap" is set only with a probed executable
+                    raise ProviderError("isolation 'bwrap' without a bwrap executable", field="isolation")
                 full = bwrap_argv(self._bwrap, cwd, argv, unshare_net=mode != "host", mounts=mounts,
                                   data_args=data_args,
                                   caps=("CAP_NET_BIND_SERVICE", "CAP_SETPCAP") if endpoints else ())

@@ -87,7 +87,8 @@ def runtime_read_paths() -> set[Path]:
     import sweep
     out = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}
     for module in (sweep, roles, runstate):
-        out.add(Path(module.__file__).resolve().parent)
+        if module.__file__ is not None:          # None only for a namespace package
+            out.add(Path(module.__file__).resolve().parent)
     return {p.resolve() for p in out}
 
 

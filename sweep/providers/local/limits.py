@@ -139,9 +139,9 @@ class Bounds:
         lim = self.limits
         if lim.file_bytes is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (lim.file_bytes, lim.file_bytes))
-        if self.enforced.get("memory") == "RLIMIT_AS":
+        if self.enforced.get("memory") == "RLIMIT_AS" and lim.memory_bytes is not None:
             resource.setrlimit(resource.RLIMIT_AS, (lim.memory_bytes, lim.memory_bytes))
-        if self.enforced.get("processes") == "RLIMIT_NPROC":
+        if self.enforced.get("processes") == "RLIMIT_NPROC" and lim.processes is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (lim.processes, lim.processes))
 
     # --- after the run -------------------------------------------------------------------------

@@ -205,6 +205,8 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
     for pump, stream in zip(pumps, (proc.stdout, proc.stderr), strict=True):
         if pump.is_alive():
             continue   # closing a reader another thread is blocked in would deadlock; it is a daemon
+        if stream is None:
+            continue
         try:
             stream.close()
         except OSError:

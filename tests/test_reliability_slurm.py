@@ -134,7 +134,10 @@ def test_a_timed_out_sbatch_keeps_its_lease_and_the_job_is_adopted_not_submitted
 def test_an_uncertain_submission_is_given_up_after_its_bound_and_the_run_admitted_again(
         slurm_cluster, tmp_path):
     env = {"SLURM_CONF": str(slurm_cluster.conf)}
-    plan = payload_plan(1, backend="slurm", scheduler={"lanes": LANES}, tick={"uncertain_submit_s": 2})
+    # the bound leaves a loaded machine time for the first tick (start-up included) to see the
+    # submission still within it; the test then waits for the bound itself, not a fixed sleep
+    bound = 10
+    plan = payload_plan(1, backend="slurm", scheduler={"lanes": LANES}, tick={"uncertain_submit_s": bound})
     d = _init(tmp_path, plan, env)
     (d / "payload.json").write_text(json.dumps({"hang": True}))
     c = load_campaign(d)
@@ -144,14 +147,15 @@ def test_an_uncertain_submission_is_given_up_after_its_bound_and_the_run_admitte
     acquire_lease(rdir, run_id="pr-000", token=token, holder="tick")
     from runstate import save_record
     rec = load_record(rdir).value
-    save_record(rdir, rec.model_copy(update={"submit_token": token, "submitting_since": time.time(),
+    since = time.time()
+    save_record(rdir, rec.model_copy(update={"submit_token": token, "submitting_since": since,
                                              "last_error": "sbatch uncertain: Socket timed out"}))
     try:
         sweep("tick", "--campaign", str(d), env=env)
         st = status_json(d, env=env)
         assert "waiting out the submit grace" in st["held"][0]["reason"], st["held"]
         assert read_lease(rdir).lease.token == token and _live(slurm_cluster, c.job_prefix) == []
-        time.sleep(2.5)
+        time.sleep(max(0.0, since + bound + 0.5 - time.time()))
         sweep("tick", "--campaign", str(d), env=env)       # bound passed: given up
         assert read_lease(rdir) is None
         assert "submission_given_up" in (rdir / "events.jsonl").read_text()

@@ -34,6 +34,7 @@ from daytona import (CreateSandboxFromImageParams, Daytona, DaytonaConfig, Dayto
 
 from sweep.providers.base import (GpuRequest, SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo,
                                   SandboxSpec, TerminateOutcome, check_tags)
+from sweep.providers.remote import ClassifiedCalls, key_location, read_key
 
 TAIL_BYTES = 16_384
 GONE_STATES = {"destroyed", "destroying"}
@@ -67,34 +68,21 @@ def _status(exc: BaseException) -> int | None:
     return getattr(exc, "status_code", None)
 
 
-class DaytonaProvider:
+class DaytonaProvider(ClassifiedCalls):
     name = "daytona"
+    sdk_error = DaytonaError
     environment_fidelity = "container"
     isolation = "container"
 
     def __init__(self, *, api_url: str | None = None, api_key_file: str | os.PathLike[str] | None = None,
                  api_key_env: str = "DAYTONA_API_KEY", target: str = "us",
                  create_timeout_s: float = 600) -> None:
-        key = None
-        if api_key_file is not None:
-            try:
-                key = Path(api_key_file).read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise SandboxError(f"cannot read the Daytona API key: {exc.strerror or exc}", error_class="config",
-                                   path=api_key_file) from None
-        else:
-            key = os.environ.get(api_key_env, "").strip()
-        if not key:
-            raise SandboxError(f"no Daytona API key (set {api_key_env} or api_key_file)", error_class="config",
-                               field="provider")
+        key = read_key(api_key_file, api_key_env, "Daytona API key")
         self.api_url = api_url or os.environ.get("DAYTONA_API_URL") or "https://app.daytona.io/api"
         # what a receipt records so `sweep reconcile` can reach the same account: no secret, only
         # where the key is (a file path or a variable name)
-        self.receipt_options: dict[str, str] = {"api_url": self.api_url, "target": target}
-        if api_key_file is not None:
-            self.receipt_options["api_key_file"] = str(api_key_file)
-        else:
-            self.receipt_options["api_key_env"] = api_key_env
+        self.receipt_options: dict[str, str] = {"api_url": self.api_url, "target": target,
+                                                **key_location("api_key", api_key_file, api_key_env)}
         self.create_timeout_s = create_timeout_s
         try:
             self.client = Daytona(DaytonaConfig(api_key=key, api_url=self.api_url, target=target))
@@ -103,16 +91,11 @@ class DaytonaProvider:
 
     # --- errors --------------------------------------------------------------------------------
 
-    def _error(self, what: str, exc: BaseException) -> SandboxError:
-        cls = classify(exc)
-        evidence = f"{type(exc).__name__} status={_status(exc)}: {str(exc)[:300]}"
-        return SandboxError(f"daytona: {what}: {str(exc)[:300]}", error_class=cls, evidence=evidence)
+    def classify(self, exc: BaseException) -> str:
+        return classify(exc)
 
-    def _call(self, what: str, fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
-        try:
-            return fn(*a, **kw)
-        except DaytonaError as exc:
-            raise self._error(what, exc) from None
+    def evidence(self, exc: BaseException) -> str:
+        return f"{type(exc).__name__} status={_status(exc)}: {str(exc)[:300]}"
 
     # --- lifecycle -----------------------------------------------------------------------------
 

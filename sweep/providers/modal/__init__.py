@@ -31,6 +31,7 @@ import modal.exception as mexc
 
 from sweep.providers.base import (SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo, SandboxSpec,
                                   TerminateOutcome, check_tags, sandbox_name)
+from sweep.providers.remote import ClassifiedCalls, key_location, read_key
 
 TAIL_CHARS = 16_384
 _ENV_LOCK = threading.Lock()
@@ -48,22 +49,9 @@ def classify(exc: BaseException) -> str:
     return "failure"
 
 
-def _read_secret(file: str | os.PathLike[str] | None, env: str, what: str) -> str:
-    if file is not None:
-        try:
-            value = Path(file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise SandboxError(f"cannot read the Modal {what}: {exc.strerror or exc}", error_class="config",
-                               path=file) from None
-    else:
-        value = os.environ.get(env, "").strip()
-    if not value:
-        raise SandboxError(f"no Modal {what} (set {env} or give its file)", error_class="config", field="provider")
-    return value
-
-
-class ModalProvider:
+class ModalProvider(ClassifiedCalls):
     name = "modal"
+    sdk_error = mexc.Error
     environment_fidelity = "container"
     isolation = "container"
 
@@ -71,17 +59,16 @@ class ModalProvider:
                  token_id_file: str | None = None, token_secret_file: str | None = None,
                  token_id_env: str = "MODAL_TOKEN_ID", token_secret_env: str = "MODAL_TOKEN_SECRET",  # noqa: S107 (names, not values)
                  max_throttle_wait_s: int = 300) -> None:
-        token_id = _read_secret(token_id_file, token_id_env, "token id")
-        token_secret = _read_secret(token_secret_file, token_secret_env, "token secret")
+        token_id = read_key(token_id_file, token_id_env, "Modal token id")
+        token_secret = read_key(token_secret_file, token_secret_env, "Modal token secret")
         os.environ.setdefault("MODAL_MAX_THROTTLE_WAIT", str(max_throttle_wait_s))
         self.app_name = app_name
         self.server_url = server_url
         self.receipt_options: dict[str, Any] = {"app_name": app_name}
         if server_url:
             self.receipt_options["server_url"] = server_url
-        self.receipt_options.update({"token_id_file": token_id_file} if token_id_file else {"token_id_env": token_id_env})
-        self.receipt_options.update({"token_secret_file": token_secret_file} if token_secret_file
-                                    else {"token_secret_env": token_secret_env})
+        self.receipt_options.update(key_location("token_id", token_id_file, token_id_env))
+        self.receipt_options.update(key_location("token_secret", token_secret_file, token_secret_env))
         self.terminated_by_us: set[str] = set()
         try:
             with _ENV_LOCK:     # the SDK reads the server URL from its config when the client is made
@@ -100,15 +87,8 @@ class ModalProvider:
             raise self._error("cannot connect a Modal client", exc) from None
         self._app: Any = None
 
-    def _error(self, what: str, exc: BaseException) -> SandboxError:
-        return SandboxError(f"modal: {what}: {str(exc)[:300]}", error_class=classify(exc),
-                            evidence=f"{type(exc).__name__}: {str(exc)[:300]}")
-
-    def _call(self, what: str, fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
-        try:
-            return fn(*a, **kw)
-        except mexc.Error as exc:
-            raise self._error(what, exc) from None
+    def classify(self, exc: BaseException) -> str:
+        return classify(exc)
 
     def app(self) -> Any:
         if self._app is None:

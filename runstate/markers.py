@@ -1,4 +1,4 @@
-"""Campaign-level markers: per-role outage stamps and the drain request.
+"""Campaign-level markers: per-role and per-provider outage stamps and the drain request.
 
 Both are whole-file atomic writes. An unreadable stamp counts as no cooldown (a corrupt latch must
 never brick the loop); an unreadable drain marker counts as draining (refusing to admit is the safe
@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from runstate.errors import StateError
 from runstate.files import Loaded, read_model, write_model_atomic
 from runstate.models import (OUTAGE_COOLDOWN_S, THROTTLE_COOLDOWN_S, DrainMarker, OutageStamp,
-                             validate_role)
+                             ProviderStamp, validate_provider, validate_role)
 
 DRAIN_FILE = "drain-request.json"
 COOLDOWNS = {"outage": OUTAGE_COOLDOWN_S, "throttle": THROTTLE_COOLDOWN_S}
@@ -63,6 +63,59 @@ def active_cooldowns(campaign: Path, roles: list[str], now: float) -> dict[str, 
         if stamp is not None and stamp.is_active(now):
             out[role] = stamp
     return out
+
+
+PROVIDER_PREFIX = "provider-outage-"
+
+
+def provider_outage_path(campaign: Path, provider: str) -> Path:
+    return Path(campaign) / f"{PROVIDER_PREFIX}{validate_provider(provider)}.json"
+
+
+def stamp_provider(campaign: Path, provider: str, kind: str, detail: str | None = None, *,
+                   now: float | None = None, stamped_by: str | None = None,
+                   cooldown_s: float | None = None) -> ProviderStamp:
+    """Record that remote provider `provider` is down (outage) or refusing us (throttle): the tick
+    admits no run that needs it until the cooldown passes, then one canary (docs/providers.md)."""
+    now = time.time() if now is None else now
+    stamp = ProviderStamp(provider=provider, kind=kind, detail=detail, stamped_at=now,  # type: ignore[arg-type]  # pydantic checks the Literal
+                          cooldown_s=COOLDOWNS[kind] if cooldown_s is None else cooldown_s,
+                          stamped_by=stamped_by or f"{socket.gethostname()}.{os.getpid()}")
+    _write_marker(provider_outage_path(campaign, provider), stamp)
+    return stamp
+
+
+def read_provider_stamps(campaign: Path) -> dict[str, ProviderStamp]:
+    """provider -> its stamp (active or not: a passed one means 'admit one canary'). One listing of
+    the campaign directory; an unreadable stamp counts as none, like a role's."""
+    out: dict[str, ProviderStamp] = {}
+    try:
+        names = [n for n in os.listdir(campaign) if n.startswith(PROVIDER_PREFIX) and n.endswith(".json")]
+    except OSError:
+        return out
+    for name in names:
+        stamp = read_model(Path(campaign) / name, ProviderStamp).value
+        if stamp is not None and name == f"{PROVIDER_PREFIX}{stamp.provider}.json":
+            out[stamp.provider] = stamp
+    return out
+
+
+def clear_provider_stamp(campaign: Path, provider: str, *, only_passed: bool = True,
+                         now: float | None = None) -> bool:
+    """Remove the provider's stamp after a call to it succeeded; by default only once its cooldown
+    has passed (a success during the cooldown is another campaign's luck, not a recovery)."""
+    path = provider_outage_path(campaign, provider)
+    if only_passed:
+        stamp = read_model(path, ProviderStamp).value
+        if stamp is not None and stamp.is_active(time.time() if now is None else now):
+            return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return False
+    return True
 
 
 def request_drain(campaign: Path, reason: str | None = None, *, who: str | None = None,

@@ -49,6 +49,13 @@ def validate_role(role: object) -> str:
     return role
 
 
+def validate_provider(name: object) -> str:
+    """A provider name is part of a file name (provider-outage-<name>.json): [a-z][a-z0-9_-]*."""
+    if not isinstance(name, str) or not ROLE_RE.match(name):
+        raise ValueError(f"invalid provider name {name!r}: expected [a-z][a-z0-9_-]*, at most 32 characters")
+    return name
+
+
 @overload
 def truncate(text: str, limit: int = DETAIL_LIMIT) -> str: ...
 @overload
@@ -132,6 +139,7 @@ class RunRecord(Tolerant):
     submit_token: str | None = None             # ties lease, job name and argv together
     lane: str = "cpu"
     gpus: int = 0
+    provider: str = "local"                     # where its sessions and gates run (the plan's `provider`)
     panel_index: int = 0                        # position in the plan: admission order
     hold_reason: str | None = None              # why the tick is not admitting it (shown by status)
     canary_for: str | None = None               # admitted as the one canary after a role's cooldown
@@ -210,21 +218,15 @@ class Lease(Tolerant):
         return max(self.acquired_at, self.heartbeat_at)
 
 
-class OutageStamp(Tolerant):
-    """outage-<role>.json: a per-role cooldown, decided when stamped."""
+class Cooldown(Tolerant):
+    """What every cooldown stamp has: a kind, when it was stamped and for how long (clamped)."""
 
     schema_version: int = SCHEMA_VERSION
-    role: str
     kind: Literal["outage", "throttle"]
     detail: str | None = None
     stamped_at: float
     cooldown_s: float
     stamped_by: str | None = None   # job id or host.pid
-
-    @field_validator("role")
-    @classmethod
-    def _check_role(cls, v: str) -> str:
-        return validate_role(v)
 
     @field_validator("detail")
     @classmethod
@@ -245,6 +247,29 @@ class OutageStamp(Tolerant):
         if self.stamped_at > now + CLOCK_SKEW_S:
             return False
         return now < self.until
+
+
+class OutageStamp(Cooldown):
+    """outage-<role>.json: a per-role cooldown, decided when stamped."""
+
+    role: str
+
+    @field_validator("role")
+    @classmethod
+    def _check_role(cls, v: str) -> str:
+        return validate_role(v)
+
+
+class ProviderStamp(Cooldown):
+    """provider-outage-<provider>.json: a remote provider (daytona, modal) is down or throttling us.
+    Parks only the runs that need that provider; clamped like a role's cooldown."""
+
+    provider: str
+
+    @field_validator("provider")
+    @classmethod
+    def _check_provider(cls, v: str) -> str:
+        return validate_provider(v)
 
 
 class DrainMarker(Tolerant):

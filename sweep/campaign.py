@@ -289,7 +289,7 @@ def largest_session_reservation(caps: dict[str, float | None], options) -> float
 
 def _initial_record(plan: Plan, fc: FrozenCandidate, reservation_usd: float) -> RunRecord:
     opts = fc.candidate.options
-    return RunRecord(run_id=fc.run_id, panel_index=fc.panel_index, gpus=opts.gpus,
+    return RunRecord(run_id=fc.run_id, panel_index=fc.panel_index, gpus=opts.gpus, provider=opts.provider,
                      lane="gpu" if opts.gpus else "cpu", max_attempts=plan.max_attempts,
                      max_interruptions=plan.max_interruptions, cap_usd=opts.max_spend_usd,
                      reservation_usd=reservation_usd)

@@ -14,7 +14,7 @@ from typing import Any
 
 from runstate.files import read_model
 from runstate.lease import read_lease_at
-from runstate.markers import read_drain, read_outage
+from runstate.markers import read_drain, read_outage, read_provider_stamps
 from sweep.sandbox_marker import read_uncertain
 from runstate.models import PIPELINE_ROLES, RunState, TickReport
 from runstate.runs import runs_root, scan_runs
@@ -124,6 +124,11 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         elif stamp is not None:
             cooldowns.append({"role": role, "kind": stamp.kind, "left_s": 0.0, "detail": stamp.detail,
                               "canary": True})
+    provider_cooldowns = []
+    for provider, pstamp in sorted(read_provider_stamps(campaign_dir).items()):
+        provider_cooldowns.append({"provider": provider, "kind": pstamp.kind, "detail": pstamp.detail,
+                                   "left_s": max(0.0, pstamp.until - now) if pstamp.is_active(now) else 0.0,
+                                   **({} if pstamp.is_active(now) else {"canary": True})})
     from sweep.tick.act import read_lane_backoff
     lanes = [{"lane": lane, "failures": b.failures, "until": b.until, "left_s": max(0.0, b.until - now),
               "message": b.message} for lane, b in sorted(read_lane_backoff(campaign_dir).items())
@@ -134,6 +139,7 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
             "runs": listing.run_count, "counts": counts, "outcomes": outcomes,
             "corrupt": listing.corrupt, "tick": tick, "interval_s": interval_s,
             "draining": draining, "drain": drain_info, "cooldowns": cooldowns,
+            "provider_cooldowns": provider_cooldowns,
             "sandboxes_uncertain": read_uncertain(campaign_dir),
             "active": active, "held": held, "errors": errors, "ended": ended,
             "held_leases": held_leases, "attempts_spent": attempts_spent,
@@ -270,6 +276,12 @@ def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False
             out.append(f"cooldown over for {cd['role']}: admitting one canary run")
         else:
             out.append(f"cooldown: {cd['role']} ({cd['kind']}) {_age(cd['left_s'])} left — {cd['detail'] or ''}")
+    for pc in st.get("provider_cooldowns") or []:
+        if pc.get("canary"):
+            out.append(f"provider cooldown over for {pc['provider']}: admitting one canary run on it")
+        else:
+            out.append(f"provider cooldown: {pc['provider']} ({pc['kind']}) {_age(pc['left_s'])} left, "
+                       f"runs on it wait — {pc['detail'] or ''}")
     if st["active"]:
         out.append("active:")
         out.append(f"  {'RUN':<40} {'JOB':>10} {'LANE':<5} {'PHASE':<9} ATTEMPTS INTERRUPTIONS")

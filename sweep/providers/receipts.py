@@ -29,12 +29,14 @@ from typing import Any, Callable, Iterator
 
 from runstate.atomic import make_private_dir, write_atomic
 from runstate.errors import StateError
+from runstate.markers import clear_provider_stamp, stamp_provider
 from sweep.sandbox_marker import UNCERTAIN_FILE, clear_uncertain, mark_uncertain, read_uncertain
 from sweep.providers.base import (TAG_KEYS, SandboxError, SandboxHandle, SandboxProvider, SandboxSpec,
                                   TerminateOutcome, check_tags, sandbox_name)
 
 __all__ = ["UNCERTAIN_FILE", "clear_uncertain", "mark_uncertain", "read_uncertain", "reconcile",
-           "create_with_receipt", "terminate_with_receipt", "has_open_receipts", "Receipt"]
+           "create_with_receipt", "terminate_with_receipt", "has_open_receipts", "Receipt",
+           "note_provider_error", "note_provider_ok"]
 
 RECEIPTS_DIR = "sandboxes"
 OPEN_STATES = ("requested", "created", "terminate_requested")
@@ -103,10 +105,37 @@ def create_with_receipt(provider: SandboxProvider, spec: SandboxSpec, run_dir: P
     r = Receipt(instance=spec.tags["sweep.instance"], name=spec.name, provider=provider.name,
                 tags=dict(spec.tags), state="requested", options=dict(options or {}), requested_at=now)
     _write(run_dir, r)
-    handle = provider.create(spec)
+    campaign_dir = Path(run_dir).parent.parent
+    try:
+        handle = provider.create(spec)
+    except SandboxError as exc:
+        note_provider_error(campaign_dir, provider.name, exc, by=f"job:{spec.tags['sweep.job']}")
+        raise
     r.state, r.sandbox_id = "created", handle.sandbox_id
     _write(run_dir, r)
+    note_provider_ok(campaign_dir, provider.name)
     return handle
+
+
+def note_provider_error(campaign_dir: Path, provider: str, exc: SandboxError, *, by: str | None = None) -> bool:
+    """An outage or throttle of a remote provider stamps its cooldown (runstate/markers.py): the
+    tick parks only the runs that need that provider. Other error classes stamp nothing (config
+    stops the run and tells the operator; failure is the attempt's). True when it stamped."""
+    if exc.error_class not in ("outage", "throttle") or provider == "local":
+        return False
+    from sweep.redact import Redactor
+    detail = Redactor().scrub(f"{exc}" + (f" ({exc.evidence})" if exc.evidence else ""))
+    try:
+        stamp_provider(campaign_dir, provider, exc.error_class, detail, stamped_by=by)
+    except StateError:
+        return False          # the error itself is what the caller reports; the stamp is a hint
+    return True
+
+
+def note_provider_ok(campaign_dir: Path, provider: str) -> bool:
+    """A call to the provider succeeded: a stamp whose cooldown has passed (the canary's) is
+    cleared, so the tick admits every run on that provider again."""
+    return clear_provider_stamp(campaign_dir, provider)
 
 
 def terminate_with_receipt(provider: SandboxProvider, handle: SandboxHandle, run_dir: Path) -> str:
@@ -193,6 +222,8 @@ def reconcile(campaign_dir: Path, campaign_id: str, *, queue_known: bool, live_j
             listed = provider.list_by_tags({"sweep.campaign": campaign_id})
         except SandboxError as exc:
             rep.errors.append(f"{pname}: {exc} [{exc.error_class}]")
+            if not dry_run:
+                note_provider_error(campaign_dir, pname, exc, by="reconcile")
             continue
         seen: set[str] = set()
         for info in listed:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from runstate.files import read_model
 from runstate.lease import read_lease_at
-from runstate.markers import is_draining, read_outage
+from runstate.markers import is_draining, read_outage, read_provider_stamps
 from sweep.sandbox_marker import read_uncertain
 from runstate.models import PIPELINE_ROLES, RunState, SpendLedger
 from runstate.paths import SPEND_FILE, STATE_FILE
@@ -68,7 +68,7 @@ def observe(campaign_dir: Path, scheduler: Scheduler, *, full: bool = False) -> 
     ended = ask_end_states(scheduler, vanished_jobs(queue.known, jobs, runs))
     snap = Snapshot(now=now, queue_known=queue.known, queue=jobs, runs=runs,
                     draining=is_draining(campaign_dir), sandboxes_uncertain=read_uncertain(campaign_dir),
-                    stamps=stamps, capacity=scheduler.capacity(),
+                    stamps=stamps, provider_stamps=read_provider_stamps(campaign_dir), capacity=scheduler.capacity(),
                     ghosts_seen=read_ghosts(campaign_dir).jobs, lanes=read_lane_backoff(campaign_dir),
                     corrupt_runs=frozenset(scan.corrupt),
                     end_states=ended.states, accounting=accounting_word(ended),

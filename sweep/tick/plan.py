@@ -23,7 +23,10 @@ snapshots (tests/test_tick_plan.py) without files or Slurm:
   max_gpu_parallel (a 2-GPU run counts once); never more than target_verified - verified - active;
   a CPU candidate later in the panel may pass a GPU candidate waiting for the GPU lane; no run whose
   next role is cooling down, except one canary per role once the cooldown has passed; each admitted
-  run gets a budget allocation no larger than what the campaign has left.
+  run gets a budget allocation no larger than what the campaign has left;
+- provider cooldowns work the same way, per remote provider: a run whose plan `provider` is cooling
+  down (an outage or throttle stamped by a controller or a reconcile) waits, the runs on other
+  providers keep admitting, and once the cooldown has passed one canary per provider goes first.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from runstate.lease import LeaseView, judge_lease
-from runstate.models import EndReason, GhostJob, LaneBackoff, Lease, OutageStamp, Outcome, Phase, RunRecord, RunState
+from runstate.models import (EndReason, GhostJob, LaneBackoff, Lease, OutageStamp, Outcome, Phase, ProviderStamp,
+                             RunRecord, RunState)
 
 # the role a run needs next, by the phase it will run next
 NEXT_ROLE = {Phase.intake: "author", Phase.author: "author", Phase.gates: "reviewer",
@@ -61,6 +65,7 @@ class Snapshot:
     draining: bool = False
     sandboxes_uncertain: str | None = None     # why remote sandboxes may be orphaned (receipts.py marker)
     stamps: dict[str, OutageStamp] = field(default_factory=dict)   # role -> latest stamp (active or not)
+    provider_stamps: dict[str, ProviderStamp] = field(default_factory=dict)  # provider -> stamp (active or not)
     capacity: dict[str, int | None] = field(default_factory=dict)  # lane -> devices/slots, None = unknown
     ghosts_seen: dict[str, GhostJob] = field(default_factory=dict)  # job id -> first sighting (ghosts.json)
     lanes: dict[str, LaneBackoff] = field(default_factory=dict)     # lane -> back-off (lane-backoff.json)
@@ -527,6 +532,7 @@ def _admit(snap: Snapshot, cfg: PlanSettings, candidates: list[RunRecord], activ
         hold = _hold_of(rec, snap, cfg)   # a lasting, per-run reason: written on the record (SetHold)
         role = NEXT_ROLE.get(rec.phase)
         stamp = snap.stamps.get(role) if role else None
+        pstamp = snap.provider_stamps.get(rec.provider)
         lane = "gpu" if rec.gpus else "cpu"
         backoff = snap.lanes.get(lane)
         if hold is None:
@@ -542,6 +548,13 @@ def _admit(snap: Snapshot, cfg: PlanSettings, candidates: list[RunRecord], activ
                     hold = f"waiting for the {role} canary after its cooldown"
                 else:
                     canary = role
+            pkey = f"provider:{rec.provider}"
+            if hold is None and pstamp is not None:   # the provider's cooldown passed, not yet cleared
+                if canaries_active.get(pkey, 0) or pkey in canary_taken:
+                    hold = f"waiting for the provider {rec.provider} canary after its cooldown"
+                    canary = None
+                else:
+                    canary = canary or pkey
             # lane limits: max_gpu_parallel counts GPU runs; a known capacity counts slots/devices
             if rec.gpus > 0 and gpu_active >= cfg.max_gpu_parallel:
                 wait = (f"limit reached: needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''} and "
@@ -580,6 +593,8 @@ def _admit(snap: Snapshot, cfg: PlanSettings, candidates: list[RunRecord], activ
                     cpu_active += 1
                 if canary:
                     canary_taken.add(canary)
+                if pstamp is not None:
+                    canary_taken.add(pkey)
                 if backoff is not None and backoff.failures > 0:
                     probe_taken.add(lane)
                 if budget_left is not None and allocation is not None:
@@ -604,6 +619,10 @@ def _hold_of(rec: RunRecord, snap: Snapshot, cfg: PlanSettings) -> str | None:
         stamp = snap.stamps.get(role) if role else None
         if stamp is not None and stamp.is_active(snap.now):
             return f"role {role} cooling down ({stamp.kind}) until {stamp.until:.0f}"
+    if snap.provider_stamps:
+        pstamp = snap.provider_stamps.get(rec.provider)
+        if pstamp is not None and pstamp.is_active(snap.now):
+            return f"provider {rec.provider} cooling down ({pstamp.kind}) until {pstamp.until:.0f}"
     if rec.parked_until is not None and rec.parked_until > snap.now:
         return f"parked until {rec.parked_until:.0f} ({rec.parked_role} cooldown)"
     return None
@@ -615,7 +634,7 @@ def _wait_rest(snap: Snapshot, cfg: PlanSettings, queued: list[RunRecord], every
     when it changed), else for `everyone`. The planner's hot loop at 100,000 queued runs."""
     bucket = waits.setdefault(everyone, [])
     append = bucket.append
-    stamps, now, no_gpus = bool(snap.stamps), snap.now, cfg.max_gpu_parallel == 0 or snap.capacity.get("gpu") is not None
+    stamps, now, no_gpus = bool(snap.stamps or snap.provider_stamps), snap.now, cfg.max_gpu_parallel == 0 or snap.capacity.get("gpu") is not None
     for rec in queued:
         if (rec.gpus > 0 and no_gpus) or stamps or (rec.parked_until is not None and rec.parked_until > now):
             hold = _hold_of(rec, snap, cfg)

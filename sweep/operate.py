@@ -30,6 +30,7 @@ from runstate.lease import acquire_lease, read_lease, reap_lease, release_lease
 from runstate.models import Event, Outcome, Phase, RunRecord, RunState, truncate, validate_run_id
 from runstate.paths import RunPaths
 from runstate.runs import append_event, load_record, run_dir, save_record
+from sweep.models.evidence import Checkpoints
 
 LOCK_FILE = "tick.lock"
 LOCK_WAIT_S = 300.0         # longer than a tick normally takes; a hung tick ends at max_runtime_s
@@ -141,11 +142,9 @@ def retry_run(campaign_dir: Path, run_id: str, *, reason: str | None = None,
         if rec.outcome is Outcome.verified:
             raise Refused(f"{run_id} is verified: retrying would only spend money on a finished task")
         previous = _ending(rec)
-        cps = rec.checkpoints
-        old_retry = cps.get("retry", {})
-        last_revision = max(int(cps.get("author", {}).get("revision", 0) or 0),
-                            int(old_retry.get("after_revision", 0) or 0))
-        retry_cp = {"count": int(old_retry.get("count", 0) or 0) + 1, "previous": previous,
+        cps = Checkpoints.of(rec.checkpoints, where=str(RunPaths.at(rdir).state))   # malformed: named, refused
+        last_revision = max(cps.author_revision, cps.retry_after_revision)
+        retry_cp = {"count": (cps.retry.count if cps.retry else 0) + 1, "previous": previous,
                     "reason": truncate(reason, 500), "after_revision": last_revision,
                     "by": _who(), "at": time.time()}
         new = rec.model_copy(update={

@@ -1,7 +1,7 @@
 """`sweep report`: the campaign as one static HTML page with plots (no server, no network, no script).
 
-Everything comes from the campaign's files (state.json, events.jsonl, spend.json, candidate.json),
-like `sweep status`. The plots are inline SVG drawn here; the page loads nothing (its
+Everything comes from the campaign's files (state.json, events.jsonl, spend.json, candidate.json, each read
+through its model), like `sweep status`. The plots are inline SVG drawn here; the page loads nothing (its
 Content-Security-Policy forbids every fetch) and runs no JavaScript. Every text that comes from a
 pull request or an agent (titles, reasons, details) is HTML-escaped; run ids are validated names.
 
@@ -18,12 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-
-from runstate.files import read_bytes
-from runstate.models import RunState
+from runstate.files import read_model
+from runstate.models import RunState, SpendLedger
 from runstate.paths import RunPaths
 from runstate.runs import list_runs, read_events, run_dir
+from sweep.models.plan import FrozenCandidate
 
 COLORS = {"verified": "#2e7d32", "generated_unverified": "#f9a825", "blocked": "#c62828",
           "cpu": "#1565c0", "gpu": "#6a1b9a", "spend": "#00838f", "phase": "#5d4037"}
@@ -62,10 +61,10 @@ def collect(campaign_dir: Path, now: float | None = None) -> Data:
     stamps: list[float] = []
     for run_id, rec in listing.records.items():
         rdir = run_dir(campaign_dir, run_id)
-        cand = _json(RunPaths.at(rdir).candidate).get("candidate", {})
+        frozen = read_model(RunPaths.at(rdir).candidate, FrozenCandidate).value    # None: unreadable, no title
         data.runs[run_id] = {"state": rec.state.value, "outcome": rec.outcome.value if rec.outcome else None,
                              "reason": rec.reason, "lane": rec.lane, "spent": rec.spent_usd,
-                             "title": cand.get("title") if isinstance(cand, dict) else None}
+                             "title": frozen.candidate.title if frozen else None}
         events, _ = read_events(rdir)
         open_since: float | None = None
         started: dict[str, float] = {}
@@ -88,14 +87,12 @@ def collect(campaign_dir: Path, now: float | None = None) -> Data:
         if rec.state is RunState.ended and rec.outcome is not None:
             data.endings.append((last_end if last_end is not None else rec.updated, rec.outcome.value, run_id))
             stamps.append(last_end if last_end is not None else rec.updated)
-        ledger = _json(RunPaths.at(rdir).spend)
-        for entry in ledger.get("entries", []) if isinstance(ledger.get("entries"), list) else []:
-            if not isinstance(entry, dict) or not isinstance(entry.get("at"), (int, float)):
-                continue
-            usd = entry.get("actual_usd") if entry.get("status") == "settled" else entry.get("reserved_usd")
-            if isinstance(usd, (int, float)) and math.isfinite(usd) and usd >= 0:
-                data.spend.append((float(entry["at"]), float(usd)))
-                stamps.append(float(entry["at"]))
+        ledger = read_model(RunPaths.at(rdir).spend, SpendLedger).value        # None: none yet, or unreadable
+        for entry in ledger.entries if ledger else []:
+            usd = entry.actual_usd if entry.status == "settled" else entry.reserved_usd
+            if usd is not None and math.isfinite(usd) and usd >= 0 and math.isfinite(entry.at):
+                data.spend.append((entry.at, usd))
+                stamps.append(entry.at)
     data.endings.sort()
     data.spend.sort()
     data.phases.sort(reverse=True)
@@ -103,15 +100,6 @@ def collect(campaign_dir: Path, now: float | None = None) -> Data:
     data.first = min(stamps) if stamps else now
     data.last = max(max(stamps) if stamps else now, data.first + 1.0)
     return data
-
-
-def _json(path: Path) -> dict:
-    raw = read_bytes(path)
-    try:
-        value = orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 # ---- drawing ---------------------------------------------------------------------------------------

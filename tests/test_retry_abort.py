@@ -208,3 +208,24 @@ def test_abort_stops_a_real_controller_and_its_running_session(tmp_path):
     finally:
         flag.unlink(missing_ok=True)
         hold_dir.rmdir()
+
+
+def test_retry_reads_the_checkpoints_through_their_model_and_refuses_malformed_ones(tmp_path):
+    from runstate import save_record
+    d = _init(tmp_path, payload_plan(2), {"sleep": 0, "outcome": "blocked"})
+    rdir = run_dir(d, "pr-000")
+    ended = _rec(d, "pr-000").model_copy(update={
+        "state": RunState.ended, "outcome": Outcome.blocked, "reason": "aborted",
+        "checkpoints": {"author": {"revision": 3}, "retry": {"count": 1, "after_revision": 2, "previous": "x"}}})
+    save_record(rdir, ended)
+    sweep("retry", "pr-000", "--campaign", str(d))
+    retry = _rec(d, "pr-000").checkpoints["retry"]
+    assert (retry["count"], retry["after_revision"]) == (2, 3)     # revisions keep counting after the last one
+    # a checkpoint that is not what it claims to be: refused, naming state.json and the field
+    bad = _rec(d, "pr-001").model_copy(update={"state": RunState.ended, "outcome": Outcome.blocked,
+                                               "reason": "aborted", "checkpoints": {"author": {"revision": "third"}}})
+    save_record(run_dir(d, "pr-001"), bad)
+    before = (run_dir(d, "pr-001") / "state.json").read_bytes()
+    r = sweep("retry", "pr-001", "--campaign", str(d), check=False)
+    assert r.returncode != 0 and "author.revision" in r.stderr and "state.json" in r.stderr, r.stderr
+    assert (run_dir(d, "pr-001") / "state.json").read_bytes() == before

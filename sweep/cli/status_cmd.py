@@ -82,27 +82,33 @@ def status(campaign: str | None, as_json: bool, watch: bool, interval: float, st
 
 
 def _show_sessions(rdir) -> None:
-    """One line per role session: runtime, status, sandbox and network (from its own records)."""
-    import json
+    """One line per role session: runtime, status, sandbox and network (from its own records:
+    argv.json, written before launch, and result.json, written at its end, each read through its
+    model; one that does not read is named on the line)."""
+    from runstate.files import read_model
+    from sweep.models.evidence import SessionLaunch, SessionRecord
     root = rdir / "sessions"
     dirs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     if not dirs:
         return
     click.echo("sessions:")
     for sdir in dirs:
-        info: dict = {}
-        for name in ("argv.json", "result.json"):
-            try:
-                info.update(json.loads((sdir / name).read_text()))
-            except (OSError, ValueError):
-                pass
-        isolation = info.get("isolation") or "?"
+        launched = read_model(sdir / "argv.json", SessionLaunch)
+        ended = read_model(sdir / "result.json", SessionRecord)
+        launch, result = launched.value, ended.value
+        isolation = (result.isolation if result else "") or (launch.isolation if launch else "") or "?"
         loud = "  UNSANDBOXED" if isolation == "none" else ""
-        network = info.get("network") if isinstance(info.get("network"), str) else "?"
-        endpoints = ", ".join(str(e) for e in info.get("endpoints") or [])
+        net = result.network if result and result.network is not None else (launch.network if launch else None)
+        network = net if isinstance(net, str) else "?"
+        endpoints = ", ".join(result.endpoints if result and result.endpoints else launch.endpoints if launch else [])
         loud += "  HOST NETWORK" if network == "host" else ""
-        click.echo(f"  {sdir.name:<16} {info.get('runtime', '?'):<8} {info.get('status', 'running?'):<12} "
-                   f"isolation {isolation}  network {network}" + (f" ({endpoints})" if endpoints else "") + loud)
+        runtime = (result.runtime if result else "") or (launch.runtime if launch else "") or "?"
+        status = (result.status if result else None) or "running?"
+        unreadable = [f"{name} unreadable ({loaded.problem})" for name, loaded in
+                      (("argv.json", launched), ("result.json", ended)) if loaded.problem and not loaded.missing]
+        click.echo(f"  {sdir.name:<16} {runtime:<8} {status:<12} "
+                   f"isolation {isolation}  network {network}" + (f" ({endpoints})" if endpoints else "") + loud
+                   + "".join(f"  {u}" for u in unreadable))
 
 
 @click.command("show")

@@ -115,13 +115,27 @@ class SolveEvidence(Evidence):
 
 class SessionRecord(Evidence):
     """A role session's result.json (written by sweep/runtimes/session.py), as far as it is read
-    back: which role ran, on which runtime, under which manifest, and how it ended."""
+    back: which role ran, on which runtime, under which manifest, how it ended, in what sandbox."""
 
     role: str | None = None
     runtime: str = ""
     manifest_sha256: str = ""
     status: str | None = None
     cost_usd: float | None = None
+    isolation: str = ""               # "bwrap" | "none"
+    network: str | bool | None = None     # none | api | host (a bool in files of older sweeps)
+    endpoints: list[str] = Field(default_factory=list)
+
+
+class SessionLaunch(Evidence):
+    """A role session's argv.json, written before launch (so a killed session still says what ran)."""
+
+    role: str | None = None
+    runtime: str = ""
+    manifest_sha256: str = ""
+    isolation: str = ""
+    network: str | bool | None = None
+    endpoints: list[str] = Field(default_factory=list)
 
 
 # ---- state.json's checkpoints ----------------------------------------------------------------------

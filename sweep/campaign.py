@@ -281,7 +281,7 @@ def largest_session_reservation(caps: dict[str, float | None], options) -> float
     """The most one session of this candidate reserves (an agent session reserves its role's cost
     cap when the plan sets no worker_reservation_usd): the tick never grants a run an allocation
     that could not pay for it."""
-    from sweep.controller.budget import session_reservation
+    from sweep.runtimes.base import session_reservation
     return max([options.worker_reservation_usd] + [
         session_reservation(getattr(options.runtimes, role), caps.get(role), options.worker_reservation_usd)
         for role in PIPELINE_ROLES])

@@ -10,7 +10,7 @@ from runstate import run_dir
 from runstate.runs import save_record
 from runstate.markers import outage_path
 from runstate.models import RunState
-from sweep.controller.budget import session_reservation
+from sweep.runtimes.base import session_reservation
 from sweep.harbor.samples import make_pr_repo
 from tests.agent_sessions import FAKE_KEY, needs_claude, run_agent
 from tests.campaigns import sweep, write_plan

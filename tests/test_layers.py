@@ -125,6 +125,16 @@ ROOMS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Rooms above sweep/campaign.py (docs/architecture.md): what loads a campaign imports none of them.
+ABOVE_CAMPAIGN = ("sweep.controller", "sweep.tick", "sweep.cli", "sweep.status", "sweep.operate", "sweep.export",
+                  "sweep.demo", "sweep.report_html", "sweep.scrontab", "sweep.__main__")
+
+
+def test_loading_a_campaign_imports_nothing_above_it():
+    assert [d for d in sorted(GRAPH["sweep.campaign"]) if any(d == a or d.startswith(a + ".") for a in ABOVE_CAMPAIGN)] \
+        == []
+
+
 def test_the_checker_sees_an_upward_import():
     assert _violations("sweep.harbor", ROOMS["sweep.harbor"], {"sweep.harbor.trial": {"sweep.providers.base"}}) \
         == ["sweep.harbor.trial imports sweep.providers.base"]

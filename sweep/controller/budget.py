@@ -16,25 +16,6 @@ from runstate.models import SpendEntry, SpendLedger
 from runstate.paths import SPEND_FILE
 
 EPS = 1e-9
-# Runtimes that never call a paid API: their sessions reserve only what the plan says.
-UNPAID_RUNTIMES = frozenset({"oracle", "nop"})
-
-
-def session_reservation(runtime: str, role_cap_usd: float | None, plan_reservation_usd: float) -> float:
-    """What one session reserves before it starts.
-
-    A paid session (an agent CLI) reserves the plan's `worker_reservation_usd` when set, else its
-    role's `budget.cost_cap_usd`: never 0, or a campaign cap would not bind sessions whose cost is
-    only known after the fact. It is settled with the cost the runtime parsed (or kept whole when
-    the cost is unknown). None means no figure exists: the caller refuses the session.
-    """
-    if runtime in UNPAID_RUNTIMES:
-        return plan_reservation_usd
-    if plan_reservation_usd > 0:
-        return plan_reservation_usd
-    if role_cap_usd is not None and role_cap_usd > 0:
-        return role_cap_usd
-    return 0.0
 
 
 class Budget:

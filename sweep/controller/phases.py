@@ -124,7 +124,7 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     opts = _options(ctx)
     runtime = getattr(opts.runtimes, role)
     if reserve is None:
-        from sweep.controller.budget import UNPAID_RUNTIMES, session_reservation
+        from sweep.runtimes.base import UNPAID_RUNTIMES, session_reservation
         amount = session_reservation(runtime, specs[role].budget.cost_cap_usd, opts.worker_reservation_usd)
         if amount <= 0 and runtime not in UNPAID_RUNTIMES:
             raise Park(role, "outage", f"configuration error: a {runtime} session costs money but role {role} has "

@@ -38,7 +38,7 @@ from runstate.errors import ConfigError, StateError
 from runstate.files import write_atomic
 from runstate.models import Outcome, RunRecord, RunState
 from runstate.paths import RunPaths
-from runstate.runs import list_runs, run_dir
+from runstate.runs import list_runs
 from sweep.models.evidence import (Evidence, GateResult, GatesEvidence, ReviewEvidence, ReviewVerdict, SessionRecord,
                                    SolveEvidence, SourceEvidence, read_evidence)
 
@@ -251,7 +251,7 @@ def _clean_temps(out: Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
-def _write_manifest(out: Path, campaign) -> int:
+def _write_manifest(out: Path, campaign: CampaignFile) -> int:
     import sweep
     tasks = []
     for entry in sorted(out.iterdir()):
@@ -277,10 +277,10 @@ def _write_manifest(out: Path, campaign) -> int:
 
 def export_campaign(campaign_dir: Path, out: Path, *, include_unverified: bool = False,
                     base_image: str = DEFAULT_BASE_IMAGE, run_ids: list[str] | None = None) -> ExportReport:
-    from sweep.campaign import load_campaign
+    from sweep.campaign import Campaign
     from sweep.harbor.bundle import validate_bundle
-    campaign_dir = Path(campaign_dir).resolve()
-    campaign = load_campaign(campaign_dir)
+    handle = Campaign.load(campaign_dir)
+    campaign_dir, campaign = handle.dir, handle.file
     check_base_image(base_image)
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -297,7 +297,7 @@ def export_campaign(campaign_dir: Path, out: Path, *, include_unverified: bool =
         wanted = rec.outcome is Outcome.verified or (include_unverified and rec.outcome is Outcome.generated_unverified)
         if not wanted:
             continue
-        rdir = run_dir(campaign_dir, run_id)
+        rdir = handle.run(run_id).dir
         if not RunPaths.at(rdir).task.is_dir():
             report.skipped.append(f"{run_id}: no task bundle")
             continue

@@ -180,9 +180,9 @@ def abort_run(campaign_dir: Path, run_id: str, *, reason: str | None = None, wai
     """Stop a queued or active run for good: cancel its job, wait until the scheduler no longer
     lists it (its controller, on SIGTERM, stops its sessions' process groups), reap the dead
     holder's lease, and end the run `blocked` with reason `aborted`."""
-    from sweep.campaign import Campaign, load_campaign
-    campaign_dir = Path(campaign_dir).resolve()
-    campaign = load_campaign(campaign_dir)
+    from sweep.campaign import Campaign
+    campaign = Campaign.load(campaign_dir)
+    campaign_dir = campaign.dir
     with _TickLock(campaign_dir, lock_wait_s):
         rdir, rec = _load(campaign_dir, run_id)
         if rec.state is RunState.ended:
@@ -191,7 +191,7 @@ def abort_run(campaign_dir: Path, run_id: str, *, reason: str | None = None, wai
                           + ("" if rec.outcome is Outcome.verified else f" (`sweep retry {run_id}` re-admits it)"))
         cancelled = ""
         if rec.state is RunState.active and rec.job_id:
-            sched = scheduler or Campaign(campaign_dir, campaign).scheduler()
+            sched = scheduler or campaign.scheduler()
             sched.cancel([rec.job_id])
             append_event(rdir, Event(run_id=run_id, kind="abort_requested", by=_who(),
                                      detail=f"cancelled job {rec.job_id}" + (f": {reason}" if reason else "")))

@@ -135,7 +135,43 @@ def test_loading_a_campaign_imports_nothing_above_it():
         == []
 
 
+# Every room of docs/architecture.md's table, from the ground up: an import may only go to a room of
+# an earlier row or of its own row (peers; the circle check keeps those from looping).
+ORDER: list[tuple[str, ...]] = [
+    ("runstate",), ("roles",), ("sbatch",), UTILITIES, ("sweep.credentials",), ("sweep.models",),
+    ("sweep.scheduler",), ("sweep.providers",), ("sweep.harbor",), ("sweep.runtimes",),
+    ("sweep.campaign", "sweep.frozen", "sweep.runtime"), ("sweep.tick",), ("sweep.controller",),
+    ("sweep.status", "sweep.operate", "sweep.scrontab", "sweep.export", "sweep.report_html", "sweep.demo"),
+    ("sweep.cli",), ("sweep.__main__", "sweep"),
+]
+
+
+def _room(module: str) -> tuple[int, str] | None:
+    for rank, row in enumerate(ORDER):
+        for room in row:
+            if module == room or module.startswith(room + "."):
+                return rank, room
+    return None
+
+
+def test_every_module_has_a_room_in_the_table():
+    missing = [m for m in sorted(GRAPH) if _room(m) is None]
+    assert missing == [], f"{missing}: give each a row in ORDER here and in docs/architecture.md's table"
+
+
+def test_no_import_goes_to_a_later_row():
+    upward = []
+    for m, deps in sorted(GRAPH.items()):
+        rank, room = _room(m) or (0, "")
+        for d in sorted(deps):
+            drank, droom = _room(d) or (0, "")
+            if droom != room and drank > rank:
+                upward.append(f"{m} imports {d}")
+    assert upward == []
+
+
 def test_the_checker_sees_an_upward_import():
+    assert _room("sweep.controller.budget")[0] > _room("sweep.campaign")[0]     # campaign -> controller: upward
     assert _violations("sweep.harbor", ROOMS["sweep.harbor"], {"sweep.harbor.trial": {"sweep.providers.base"}}) \
         == ["sweep.harbor.trial imports sweep.providers.base"]
 

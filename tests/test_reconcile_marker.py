@@ -1,5 +1,6 @@
 """The whole orphan story on a real campaign (local scheduler backend, real processes, the real
-daytona SDK against the local fake): a controller dies with an open sandbox receipt -> the tick
+daytona SDK against the local fake), with the tick's own reconcile turned off
+(`tick.reconcile_budget_s = 0`; tests/test_tick_reconcile.py has it on): a controller dies with an open sandbox receipt -> the tick
 that reaps it raises the campaign marker -> admission stops (and `sweep status` says why) ->
 `sweep reconcile` terminates exactly that sandbox and clears the marker -> admission resumes."""
 from __future__ import annotations
@@ -30,7 +31,8 @@ def fake():
 
 def test_dead_controller_with_open_receipt_stops_admission_until_reconcile(fake, tmp_path):
     d = tmp_path / "camp"
-    sweep("init", str(write_plan(tmp_path / "plan.json", payload_plan(3, max_parallel=1, max_attempts=3))),
+    sweep("init", str(write_plan(tmp_path / "plan.json", payload_plan(3, max_parallel=1, max_attempts=3,
+                                                                      tick={"reconcile_budget_s": 0}))),
           "--campaign", str(d))
     (d / "payload.json").write_text(json.dumps({"hang": True}))
     c = Campaign.load(d)

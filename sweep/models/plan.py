@@ -202,6 +202,9 @@ class TickSettings(Strict):
     ghost_grace_s: float = Field(default=120, ge=0)       # an unrecognised job of ours lives this long before scancel
     lane_backoff_s: float = Field(default=30, ge=0)       # first back-off of a lane whose sbatch was refused
     lane_backoff_max_s: float = Field(default=1800, ge=0)  # the back-off doubles per refusal up to this
+    # while orphaned remote sandboxes stop admission, each tick reconciles them itself for at most
+    # this long (and never more than a third of max_runtime_s); 0 = only `sweep reconcile` does
+    reconcile_budget_s: float = Field(default=30, ge=0)
 
 
 class ScrontabSettings(Strict):

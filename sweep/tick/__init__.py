@@ -11,7 +11,7 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
@@ -74,12 +74,26 @@ def _tick(campaign: Campaign, scheduler: Scheduler, full: bool = False) -> TickR
     campaign_dir = campaign.dir
     snap, meta = observe(campaign_dir, scheduler, full=full)
     s = campaign.settings
+    reconciled = None
+    if snap.sandboxes_uncertain and snap.queue_known:
+        # admission is stopped for orphaned remote sandboxes: settle them now, from this tick's
+        # queue (no second squeue), bounded in time (sweep/tick/reconcile.py)
+        from sweep.tick.reconcile import budget_of, reconcile_in_tick
+        reconciled = reconcile_in_tick(campaign_dir, campaign.file.campaign_id, set(snap.queue),
+                                       budget_of(s.tick.reconcile_budget_s, s.tick.max_runtime_s))
+        if reconciled.cleared:
+            snap = replace(snap, sandboxes_uncertain=None)
     cfg = PlanSettings(target_verified=s.target_verified, max_parallel=s.max_parallel,
                        max_gpu_parallel=s.max_gpu_parallel, max_spend_usd=s.max_spend_usd,
                        lease_ttl_s=s.tick.lease_ttl_s, submit_grace_s=s.tick.submit_grace_s,
                        uncertain_submit_s=s.tick.uncertain_submit_s, ghost_grace_s=s.tick.ghost_grace_s)
     actions = plan_tick(snap, cfg)
     actor = Actor(campaign, scheduler, lanes=snap.lanes)
+    if reconciled is not None and reconciled.ran:
+        actor.done.append({"kind": "reconcile", "run_id": "",
+                           "detail": f"{reconciled.detail} ({reconciled.duration_s:.1f} s)"})
+    if reconciled is not None and reconciled.error:
+        actor.errors.append(reconciled.error)
     for action in actions:
         actor.apply(action)
     actor.finish(snap)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,39 @@ def test_a_stalled_endpoint_is_stopped_as_an_outage(tmp_path, fake):
     assert result.status == "failed" and result.failure_class == "outage", result.evidence
     assert result.reason == "stalled"
     assert result.duration_s < 60
+
+
+def test_an_interrupted_session_is_resumed_from_its_kept_codex_home(tmp_path, fake):
+    """The endpoint stalls after the first command: sweep stops the session (an outage). Run again
+    as provenance says (`codex exec resume` with the kept CODEX_HOME), the thread comes back whole:
+    the model sees the first session's command output, and the resumed turn finishes."""
+    import os
+    import subprocess
+    import threading
+    released = threading.Event()
+
+    def step(request: dict, n: int) -> dict:
+        if n == 0:
+            return call("exec_command", {"cmd": "echo first-session-marker"})
+        if not released.is_set():
+            released.wait(60)          # the stall that interrupts the first session
+        return say("resumed and done")
+    url = fake.script("solver", Script(dynamic=step))
+    result, req = run_agent(tmp_path, codex_role(), "codex", opts(url, stall_s=4))
+    assert result.status == "failed" and result.reason == "stalled", result.evidence
+    resume = result.report["resume"]
+    assert resume["thread_id"] == result.session_id
+    assert (tmp_path / "run" / "sessions").resolve() in Path(resume["codex_home"]).resolve().parents
+    assert list(Path(resume["codex_home"]).rglob("rollout-*.jsonl")), "codex's thread was not kept"
+    released.set()
+    before = len(fake.requests)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "OPENAI_API_KEY": "sk-openai-fake-resume",
+           "CODEX_HOME": resume["codex_home"]}
+    done = subprocess.run(resume["argv"], input=b"go on", env=env, cwd=resume["cwd"], capture_output=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    resumed = json.dumps(fake.requests[before]["input"])
+    assert "first-session-marker" in resumed and "go on" in resumed     # the earlier thread came back
+    events = [json.loads(line) for line in done.stdout.decode().splitlines() if line.startswith("{")]
+    assert {"type": "thread.started", "thread_id": result.session_id} in events
+    assert any(e.get("type") == "turn.completed" for e in events)

@@ -114,6 +114,29 @@ def cost_of(usage: dict, prices: dict | None) -> float | None:
             prices.get("input_per_mtok", 0)) + out * prices.get("output_per_mtok", 0)) / 1e6
 
 
+def model_flags(opts: dict) -> list[str]:
+    """The endpoint, model and effort flags, the same for a session and for its resumption."""
+    flags: list[str] = []
+    if opts.get("base_url"):
+        retries = int(opts["max_retries"])
+        flags += ["-c", f'model_providers.sweep={{name="sweep",base_url="{opts["base_url"]}",wire_api="responses",'
+                        f'env_key="OPENAI_API_KEY",request_max_retries={retries},stream_max_retries={retries}}}',
+                  "-c", "model_provider=sweep"]
+    if opts.get("model"):
+        flags += ["-m", opts["model"]]
+    if opts.get("effort"):
+        flags += ["-c", f'model_reasoning_effort="{opts["effort"]}"']
+    return flags
+
+
+def resume_argv(exe: str, opts: dict, thread_id: str) -> list[str]:
+    """`codex exec resume`: the kept thread continued with the same endpoint and model, the next
+    prompt on stdin. It takes no -C (run it in the workspace) and no -s: outside sweep's sandbox
+    codex's own stays on (workspace-write)."""
+    return [exe, "exec", "resume", "--json", "--skip-git-repo-check", *model_flags(opts),
+            "-c", 'sandbox_mode="workspace-write"', thread_id, "-"]
+
+
 class CodexRuntime:
     name = "codex"
 
@@ -157,16 +180,8 @@ class CodexRuntime:
                               field="runtime_options.binary", hint="npm install -g @openai/codex@" + PINNED_VERSION)
         home = files.session_dir / HOME_NAME
         workspace = str(Path(req.workspace).resolve())
-        common = ["exec", "--json", "--skip-git-repo-check", "-C", workspace, "-o", output_path]
-        if opts.get("base_url"):
-            retries = int(opts["max_retries"])
-            common += ["-c", f'model_providers.sweep={{name="sweep",base_url="{opts["base_url"]}",wire_api="responses",'
-                             f'env_key="OPENAI_API_KEY",request_max_retries={retries},stream_max_retries={retries}}}',
-                       "-c", "model_provider=sweep"]
-        if opts.get("model"):
-            common += ["-m", opts["model"]]
-        if opts.get("effort"):
-            common += ["-c", f'model_reasoning_effort="{opts["effort"]}"']
+        common = ["exec", "--json", "--skip-git-repo-check", "-C", workspace, "-o", output_path,
+                  *model_flags(opts)]
         read_paths = [package_root(exe)]
         if role.output_schema is not None:
             strict = files.session_dir / "output_schema.strict.json"
@@ -205,8 +220,12 @@ class CodexRuntime:
         parsed = classify_codex(stream, outcome, output)
         parsed.report = {**stream.provenance(), "codex_home": str(files.session_dir / HOME_NAME)}
         if stream.thread_id:
-            parsed.report["resume"] = {"thread_id": stream.thread_id,
-                                       "how": "CODEX_HOME=<codex_home> codex exec resume <thread_id>"}
+            opts = {**DEFAULTS, **(req.runtime_options or {})}
+            exe = native_binary(opts["binary"]) or opts["binary"]
+            parsed.report["resume"] = {"thread_id": stream.thread_id, "codex_home": parsed.report["codex_home"],
+                                       "cwd": str(Path(req.workspace).resolve()),
+                                       "argv": resume_argv(exe, opts, stream.thread_id),
+                                       "how": "CODEX_HOME=<codex_home> <argv> in <cwd>, the next prompt on stdin"}
         return parsed
 
 

@@ -20,12 +20,12 @@ Every request is logged (`requests`) without its headers' secret values, for ass
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
+
+from tests.fakes.sse_server import FakeSSEServer, Handler, sse
 
 MODEL = "claude-sonnet-4-5"
 
@@ -56,10 +56,6 @@ def error(status: int, kind: str, message: str) -> tuple[int, str, str]:
     return (status, kind, message)
 
 
-def _sse(event: str, data: dict) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-
-
 def working_directory(body: dict) -> str | None:
     """The session's working directory as the CLI states it in its system prompt."""
     system = body.get("system")
@@ -72,71 +68,16 @@ def working_directory(body: dict) -> str | None:
     return None
 
 
-class FakeAnthropic:
-    def __init__(self) -> None:
-        self.scripts: dict[str, Script] = {}
-        self.requests: list[dict] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:   # quiet
-                pass
-
-            def do_GET(self) -> None:   # the CLI may probe; nothing here is needed
-                self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "fake"}})
-
-            def do_HEAD(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {}
-                fake._handle(self, body)
-
-            def _json(self, status: int, obj: dict) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    # ---- scripting -------------------------------------------------------------------------
-
-    def url(self, route: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{route}"
-
-    def script(self, route: str, script: Script) -> str:
-        self.scripts[route] = script
-        return self.url(route)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._server.shutdown()
-        self._server.server_close()
+class FakeAnthropic(FakeSSEServer):
+    def not_found(self, h: Handler, what: str) -> None:
+        h.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": what}})
 
     def main_requests(self, route: str) -> list[dict]:
         return [r for r in self.requests if r["route"] == route and r["tools"]]
 
     # ---- serving ---------------------------------------------------------------------------
 
-    def _handle(self, h: BaseHTTPRequestHandler, body: dict) -> None:
+    def handle(self, h: Handler, body: dict) -> None:
         parts = h.path.split("?", 1)[0].strip("/").split("/")
         route = parts[0] if parts and parts[0] not in ("v1", "") else ""
         endpoint = "/".join(parts[1:] if route else parts)
@@ -146,22 +87,20 @@ class FakeAnthropic:
         record = {"route": route, "endpoint": endpoint, "tools": tools, "step": step, "at": time.time(),
                   "model": body.get("model"), "api_key_set": bool(h.headers.get("x-api-key")),
                   "messages": messages, "system": body.get("system"), "cwd": working_directory(body)}
-        with self._lock:
-            self.requests.append(record)
+        self.log(record)
         if endpoint.endswith("count_tokens"):
-            return h._json(200, {"input_tokens": 100})
+            return h.send_json(200, {"input_tokens": 100})
         if not endpoint.endswith("messages"):
-            return h._json(404, {"type": "error", "error": {"type": "not_found_error", "message": endpoint}})
+            return h.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": endpoint}})
         script = self.scripts.get(route)
         if script is None:
-            return h._json(404, {"type": "error", "error": {"type": "not_found_error",
+            return h.send_json(404, {"type": "error", "error": {"type": "not_found_error",
                                                             "message": f"no script for route {route!r}"}})
         if script.stall and tools:
-            self._stop.wait(3600)
-            return
+            return self.stall()
         if script.error is not None:
             status, kind, message = script.error
-            return h._json(status, {"type": "error", "error": {"type": kind, "message": message}})
+            return h.send_json(status, {"type": "error", "error": {"type": kind, "message": message}})
         if not tools:
             return self._stream(h, body, {"kind": "text", "text": "ok"}, {"input_tokens": 10, "output_tokens": 2})
         if script.dynamic is not None:
@@ -172,42 +111,32 @@ class FakeAnthropic:
             answer = text("done")
         self._stream(h, body, answer, script.usage)
 
-    def _stream(self, h: BaseHTTPRequestHandler, body: dict, answer: dict, usage: dict) -> None:
+    def _stream(self, h: Handler, body: dict, answer: dict, usage: dict) -> None:
         model = body.get("model") or MODEL
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Cache-Control", "no-cache")
-        h.send_header("Connection", "close")
-        h.end_headers()
-        out = [_sse("message_start", {"type": "message_start", "message": {
+        out = [sse("message_start", {"type": "message_start", "message": {
             "id": f"msg_{uuid.uuid4().hex[:20]}", "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1,
                       "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}})]
         if answer["kind"] == "text":
-            out += [_sse("content_block_start", {"type": "content_block_start", "index": 0,
+            out += [sse("content_block_start", {"type": "content_block_start", "index": 0,
                                                  "content_block": {"type": "text", "text": ""}}),
-                    _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                    sse("content_block_delta", {"type": "content_block_delta", "index": 0,
                                                  "delta": {"type": "text_delta", "text": answer["text"]}}),
-                    _sse("content_block_stop", {"type": "content_block_stop", "index": 0})]
+                    sse("content_block_stop", {"type": "content_block_stop", "index": 0})]
             stop = "end_turn"
         else:
             for i, (name, args) in enumerate(answer["calls"]):
-                out += [_sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {
+                out += [sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {
                             "type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": name, "input": {}}}),
-                        _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
+                        sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
                             "type": "input_json_delta", "partial_json": json.dumps(args)}}),
-                        _sse("content_block_stop", {"type": "content_block_stop", "index": i})]
+                        sse("content_block_stop", {"type": "content_block_stop", "index": i})]
             stop = "tool_use"
-        out += [_sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+        out += [sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                                        "usage": {"output_tokens": usage["output_tokens"]}}),
-                _sse("message_stop", {"type": "message_stop"})]
-        try:
-            h.wfile.write(b"".join(out))
-            h.wfile.flush()
-        except OSError:
-            pass
-        h.close_connection = True
+                sse("message_stop", {"type": "message_stop"})]
+        h.send_events(out)
 
 
 def serve_forever_cli() -> None:   # pragma: no cover - manual use: python tests/fakes/anthropic_api.py

@@ -10,12 +10,12 @@ function-call outputs already in its `input`, so no per-session state is kept. S
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
+
+from tests.fakes.sse_server import FakeSSEServer, Handler, sse
 
 
 @dataclass
@@ -36,61 +36,17 @@ def say(message: str) -> dict:
 
 
 def _sse(data: dict) -> bytes:
-    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+    return sse(data["type"], data)
 
 
-class FakeOpenAI:
-    def __init__(self) -> None:
-        self.scripts: dict[str, Script] = {}
-        self.requests: list[dict] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self._json(404, {"error": {"message": "not here", "type": "invalid_request_error"}})
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {}
-                fake._handle(self, body)
-
-            def _json(self, status: int, obj: dict) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
+class FakeOpenAI(FakeSSEServer):
     def url(self, route: str) -> str:
         return f"http://127.0.0.1:{self.port}/{route}/v1"
 
-    def script(self, route: str, script: Script) -> str:
-        self.scripts[route] = script
-        return self.url(route)
+    def not_found(self, h: Handler, what: str) -> None:
+        h.send_json(404, {"error": {"message": f"not here: {what}", "type": "invalid_request_error"}})
 
-    def close(self) -> None:
-        self._stop.set()
-        self._server.shutdown()
-        self._server.server_close()
-
-    def _handle(self, h, body: dict) -> None:
+    def handle(self, h: Handler, body: dict) -> None:
         parts = h.path.split("?", 1)[0].strip("/").split("/")
         route = parts[0]
         items = body.get("input") or []
@@ -99,17 +55,15 @@ class FakeOpenAI:
         record = {"route": route, "path": h.path, "step": step, "tools": tools, "input": items,
                   "instructions": body.get("instructions"), "text": body.get("text"), "model": body.get("model"),
                   "auth": bool(h.headers.get("Authorization")), "at": time.time()}
-        with self._lock:
-            self.requests.append(record)
+        self.log(record)
         script = self.scripts.get(route)
         if script is None:
-            return h._json(404, {"error": {"message": f"no script for {route}", "type": "invalid_request_error"}})
+            return h.send_json(404, {"error": {"message": f"no script for {route}", "type": "invalid_request_error"}})
         if script.stall:
-            self._stop.wait(3600)
-            return
+            return self.stall()
         if script.error is not None:
             status, code, message = script.error
-            return h._json(status, {"error": {"message": message, "type": code, "code": code}})
+            return h.send_json(status, {"error": {"message": message, "type": code, "code": code}})
         if script.dynamic is not None:
             answer = script.dynamic(record, step)
         elif step < len(script.steps):
@@ -118,7 +72,7 @@ class FakeOpenAI:
             answer = say("done")
         self._stream(h, body, answer, script.usage)
 
-    def _stream(self, h, body: dict, answer: dict, usage: dict) -> None:
+    def _stream(self, h: Handler, body: dict, answer: dict, usage: dict) -> None:
         rid = f"resp_{uuid.uuid4().hex[:16]}"
         if answer["kind"] == "text":
             item = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:12]}", "role": "assistant", "status": "completed",
@@ -137,13 +91,4 @@ class FakeOpenAI:
                _sse({"type": "response.output_item.added", "output_index": 0, "item": item}),
                _sse({"type": "response.output_item.done", "output_index": 0, "item": item}),
                _sse({"type": "response.completed", "response": done})]
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Connection", "close")
-        h.end_headers()
-        try:
-            h.wfile.write(b"".join(out))
-            h.wfile.flush()
-        except OSError:
-            pass
-        h.close_connection = True
+        h.send_events(out)

@@ -14,11 +14,16 @@ events; classification reads their structured error events before falling back t
 """
 from __future__ import annotations
 
+import os
+import re
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from roles import RoleSpec
+from runstate.errors import ConfigError
 
 STATUSES = ("ok", "failed", "timeout", "audit_failed")
 FAILURE_CLASSES = ("outage", "throttle", "config", "failure")
@@ -201,3 +206,71 @@ def sane_turns(value, cap: int | None) -> tuple[int | None, str | None]:
     if cap is not None and value > cap * TURNS_SANITY_FACTOR + 10:
         return None, f"reported turns {value} is beyond {cap * TURNS_SANITY_FACTOR + 10} for this role"
     return value, None
+
+
+# ---- What the agent-CLI runtimes (claude-code, codex) share -------------------------------------
+
+MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/\[\]-]{0,127}$")
+URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d+)?(/[A-Za-z0-9._~/-]*)?$")
+THROTTLE_STATUSES = {429, 529}          # capacity: wait and retry the role later
+CONFIG_STATUSES = {401, 402, 403}       # the key or the account: the operator must act
+
+
+def check_cli_options(cli: str, options: dict, types: dict[str, type | tuple[type, ...]],
+                      efforts: tuple[str, ...]) -> None:
+    """The option checks every agent CLI shares: known keys of the right type, a model name, an
+    effort level, an http(s) base_url, bounded retries and timeouts, a command name or absolute path.
+    ConfigError names the field."""
+    for key, value in options.items():
+        if key not in types:
+            raise ConfigError(f"unknown {cli} option {key!r}; known: {', '.join(sorted(types))}",
+                              field=f"runtime_options.{key}")
+        if isinstance(value, bool) or not isinstance(value, types[key]):
+            raise ConfigError(f"{cli} option {key} has the wrong type ({type(value).__name__})",
+                              field=f"runtime_options.{key}")
+    if "model" in options and not MODEL_RE.match(options["model"]):
+        raise ConfigError(f"model {options['model']!r} is not a model name", field="runtime_options.model")
+    if "effort" in options and options["effort"] not in efforts:
+        raise ConfigError(f"effort must be one of {', '.join(efforts)}", field="runtime_options.effort")
+    if "base_url" in options and not URL_RE.match(options["base_url"]):
+        raise ConfigError(f"base_url {options['base_url']!r} is not an http(s) URL", field="runtime_options.base_url")
+    if not 0 <= options.get("max_retries", 0) <= 10:
+        raise ConfigError("max_retries must be between 0 and 10 (each retry of a 529 can wait half a minute)",
+                          field="runtime_options.max_retries")
+    for key in ("request_timeout_s", "stall_s"):
+        if key in options and not 1 <= options[key] <= 24 * 3600:
+            raise ConfigError(f"{key} must be between 1 and 86400 seconds", field=f"runtime_options.{key}")
+    binary = options.get("binary")
+    if binary is not None and (not binary or ("/" in binary and not os.path.isabs(binary))):
+        raise ConfigError("binary must be a command name or an absolute path", field="runtime_options.binary")
+
+
+def find_binary(binary: str) -> str | None:
+    """The absolute, symlink-resolved path of an agent CLI, or None."""
+    path = binary if os.path.isabs(binary) else shutil.which(binary)
+    if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return None
+    return os.path.realpath(path)
+
+
+def feed_stdout(files: SessionFiles, feed_line: Callable[[bytes], None]) -> None:
+    """Replay the session's kept stdout into a stream parser, one line at a time (none if missing)."""
+    try:
+        with open(files.stdout, "rb") as fh:
+            for line in fh:
+                feed_line(line)
+    except OSError:
+        pass
+
+
+def class_of_status(status: int | None) -> str | None:
+    """The failure class of an API's HTTP status (None: no status)."""
+    if status is None:
+        return None
+    if status in THROTTLE_STATUSES:
+        return "throttle"
+    if status in CONFIG_STATUSES:
+        return "config"
+    if 500 <= status <= 599:
+        return "outage"
+    return "failure"

@@ -35,9 +35,7 @@ What happened is read from the stream-json events only (`system/init`, `system/a
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,7 +43,7 @@ from pathlib import Path
 from runstate.errors import ConfigError
 from roles.spec import tool_base
 from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
-                                 endpoint_of)
+                                 check_cli_options, class_of_status, endpoint_of, feed_stdout, find_binary)
 
 # The CLI versions sweep's flag mapping and stream parser were tested with (tests/fixtures/streams).
 PINNED_VERSION = "2.1.197"
@@ -55,11 +53,6 @@ CONFIG_DIR_NAME = "claude-config"
 DEFAULTS = {"max_retries": 2, "request_timeout_s": 300.0, "stall_s": 900.0, "binary": "claude"}
 _OPTION_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "effort": str, "base_url": str, "max_retries": int,
                  "request_timeout_s": (int, float), "stall_s": (int, float), "binary": str}
-_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/\[\]-]{0,127}$")
-_URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d+)?(/[A-Za-z0-9._~/-]*)?$")
-# HTTP statuses from the API, by class (the CLI reports them as `api_error_status`).
-THROTTLE_STATUSES = {429, 529}
-CONFIG_STATUSES = {401, 402, 403}
 # The assistant-message `error` values the CLI sets on an API failure.
 ERROR_CLASSES = {"rate_limit": "throttle", "overloaded": "throttle", "server_error": "outage",
                  "authentication_failed": "config", "billing_error": "config", "invalid_request": "failure",
@@ -68,37 +61,7 @@ MAX_DENIALS_KEPT = 20
 
 
 def check_claude_options(options: dict) -> None:
-    for key, value in options.items():
-        if key not in _OPTION_TYPES:
-            raise ConfigError(f"unknown claude-code option {key!r}; known: {', '.join(sorted(_OPTION_TYPES))}",
-                              field=f"runtime_options.{key}")
-        want = _OPTION_TYPES[key]
-        if isinstance(value, bool) or not isinstance(value, want):
-            raise ConfigError(f"claude-code option {key} has the wrong type ({type(value).__name__})",
-                              field=f"runtime_options.{key}")
-    if "model" in options and not _MODEL_RE.match(options["model"]):
-        raise ConfigError(f"model {options['model']!r} is not a model name", field="runtime_options.model")
-    if "effort" in options and options["effort"] not in EFFORTS:
-        raise ConfigError(f"effort must be one of {', '.join(EFFORTS)}", field="runtime_options.effort")
-    if "base_url" in options and not _URL_RE.match(options["base_url"]):
-        raise ConfigError(f"base_url {options['base_url']!r} is not an http(s) URL", field="runtime_options.base_url")
-    if not 0 <= options.get("max_retries", 0) <= 10:
-        raise ConfigError("max_retries must be between 0 and 10 (each retry of a 529 can wait half a minute)",
-                          field="runtime_options.max_retries")
-    for key in ("request_timeout_s", "stall_s"):
-        if key in options and not 1 <= options[key] <= 24 * 3600:
-            raise ConfigError(f"{key} must be between 1 and 86400 seconds", field=f"runtime_options.{key}")
-    binary = options.get("binary", DEFAULTS["binary"])
-    if not binary or ("/" in binary and not os.path.isabs(binary)):
-        raise ConfigError("binary must be a command name or an absolute path", field="runtime_options.binary")
-
-
-def find_binary(binary: str) -> str | None:
-    """The absolute, symlink-resolved path of the CLI, or None."""
-    path = binary if os.path.isabs(binary) else shutil.which(binary)
-    if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
-        return None
-    return os.path.realpath(path)
+    check_cli_options("claude-code", options, _OPTION_TYPES, EFFORTS)
 
 
 def install_root(exe: str) -> Path:
@@ -192,12 +155,7 @@ class ClaudeCodeRuntime:
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
         stream = ClaudeStream()
-        try:
-            with open(files.stdout, "rb") as fh:
-                for line in fh:
-                    stream.feed_line(line)
-        except OSError:
-            pass
+        feed_stdout(files, stream.feed_line)
         parsed = classify_stream(stream, outcome)
         report = stream.provenance()
         report["config_dir"] = str(files.session_dir / CONFIG_DIR_NAME)
@@ -342,18 +300,6 @@ def _status(value: object) -> int | None:
     if isinstance(value, str) and value.isdigit():
         return int(value)
     return None
-
-
-def class_of_status(status: int | None) -> str | None:
-    if status is None:
-        return None
-    if status in THROTTLE_STATUSES:
-        return "throttle"
-    if status in CONFIG_STATUSES:
-        return "config"
-    if 500 <= status <= 599:
-        return "outage"
-    return "failure"
 
 
 def classify_stream(stream: ClaudeStream, outcome) -> Parsed:

@@ -38,8 +38,7 @@ from pathlib import Path
 
 from runstate.errors import ConfigError
 from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
-                                 endpoint_of)
-from sweep.runtimes.claude_code import _URL_RE, _MODEL_RE, class_of_status, find_binary
+                                 check_cli_options, class_of_status, endpoint_of, feed_stdout, find_binary)
 
 PINNED_VERSION = "0.171.0"
 SUPPORTED_RANGE = ((0, 171, 0), (0, 172, 0))
@@ -146,22 +145,7 @@ class CodexRuntime:
                                    cost_cap=True, needs_network=True)
 
     def check_options(self, options: dict) -> None:
-        for key, value in options.items():
-            if key not in _OPTION_TYPES:
-                raise ConfigError(f"unknown codex option {key!r}; known: {', '.join(sorted(_OPTION_TYPES))}",
-                                  field=f"runtime_options.{key}")
-            if isinstance(value, bool) or not isinstance(value, _OPTION_TYPES[key]):
-                raise ConfigError(f"codex option {key} has the wrong type", field=f"runtime_options.{key}")
-        if "model" in options and not _MODEL_RE.match(options["model"]):
-            raise ConfigError("model is not a model name", field="runtime_options.model")
-        if "effort" in options and options["effort"] not in EFFORTS:
-            raise ConfigError(f"effort must be one of {', '.join(EFFORTS)}", field="runtime_options.effort")
-        if "base_url" in options and not _URL_RE.match(options["base_url"]):
-            raise ConfigError("base_url is not an http(s) URL", field="runtime_options.base_url")
-        if not 0 <= options.get("max_retries", 0) <= 10:
-            raise ConfigError("max_retries must be between 0 and 10", field="runtime_options.max_retries")
-        if "stall_s" in options and not 1 <= options["stall_s"] <= 86400:
-            raise ConfigError("stall_s must be between 1 and 86400", field="runtime_options.stall_s")
+        check_cli_options("codex", options, _OPTION_TYPES, EFFORTS)
         prices = options.get("prices")
         if prices is not None:
             bad = [k for k, v in prices.items() if k not in PRICE_KEYS or isinstance(v, bool)
@@ -205,12 +189,7 @@ class CodexRuntime:
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
         stream = CodexStream(prices=(req.runtime_options or {}).get("prices"))
-        try:
-            with open(files.stdout, "rb") as fh:
-                for line in fh:
-                    stream.feed_line(line)
-        except OSError:
-            pass
+        feed_stdout(files, stream.feed_line)
         output = None
         if req.role.output_schema is not None:
             try:

@@ -48,8 +48,11 @@ def solution_files(src: dict) -> dict[str, str]:
             for n in names if not layout.is_test_path(n)}
 
 
-def author_script(src: dict) -> Script:
+def author_script(src: dict, *, solution_mark: str | None = None) -> Script:
+    """`solution_mark`: a comment line added to solution/solve.sh (a canary the solver must never see)."""
     files, executables = bundle_files(src)
+    if solution_mark:
+        files["solution/solve.sh"] += f"# {solution_mark}\n"
 
     def step(request: dict, n: int) -> dict:
         cwd = request["cwd"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 import uuid
@@ -137,3 +138,24 @@ def attack_lines(text: str) -> dict[str, tuple[str, str]]:
             parts = line.split(" ", 3)
             out[parts[1]] = (parts[2], parts[3] if len(parts) > 3 else "")
     return out
+
+
+# The fixture cluster lives under /tmp, which every sandbox replaces with its own tmpfs; so that an
+# attack cannot fail by that luck, its munge socket is hard-linked and its slurm.conf copied under
+# the campaign's /var/tmp root, and a control submission from the host through exactly those
+# paths proves they work.
+@pytest.fixture(scope="module")
+def exposed_cluster(slurm_cluster, targets):
+    link = targets.root / "munge.sock"
+    try:
+        os.link(slurm_cluster.dir / "munge.sock", link)
+    except OSError as exc:
+        pytest.skip(f"cannot link the munge socket next to the campaign: {exc}")
+    conf = targets.root / "slurm.conf"
+    conf.write_text(slurm_cluster.conf.read_text().replace(f"{slurm_cluster.dir}/munge.sock", str(link)))
+    env = dict(slurm_cluster.env, SLURM_CONF=str(conf))
+    control = subprocess.run(["sbatch", "--parsable", "--job-name", "sweep-sec-control", "--wrap", "true"],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert control.returncode == 0, f"the exposed paths do not work from the host: {control.stderr}"
+    subprocess.run(["scancel", control.stdout.strip().split(";")[0]], env=env, capture_output=True, timeout=60)
+    return link, conf

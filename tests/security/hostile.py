@@ -93,23 +93,34 @@ def try_sbatch(name, slurm_conf, marker):
         report(name, False, f"{type(exc).__name__} {exc}")
 
 
+ATTACKS = {
+    "read_operator_home": lambda t: try_read("read_operator_home", t["home_canary"]),
+    "read_key_file": lambda t: try_read("read_key_file", t["key_file"]),
+    "read_shadow": lambda t: try_read("read_shadow", "/etc/shadow"),
+    "list_campaign_runs": lambda t: try_list("list_campaign_runs", t["runs_dir"], t.get("own_run", "")),
+    "read_other_run": lambda t: try_read("read_other_run", t["other_run_file"]),
+    "read_run_events": lambda t: try_read("read_run_events", t["run_events"]),
+    "read_solution": lambda t: try_read("read_solution", t["solution"]),
+    "connect_run_socket": lambda t: try_unix("connect_run_socket", t["run_socket"]),
+    "connect_munge": lambda t: try_unix("connect_munge", t["munge_socket"]),
+    "connect_abstract_socket": lambda t: try_abstract("connect_abstract_socket", t["abstract_socket"]),
+    "connect_loopback_tcp": lambda t: try_tcp("connect_loopback_tcp", "127.0.0.1", t["tcp_port"]),
+    "sbatch": lambda t: try_sbatch("sbatch", t.get("slurm_conf"), t["marker"]),
+    "write_outside_scope": lambda t: try_write("write_outside_scope", t["outside_file"]),
+    "write_campaign": lambda t: try_write("write_campaign", t["campaign_file"]),
+}
+OPTIONAL = {"read_run_events": "run_events", "read_solution": "solution", "connect_munge": "munge_socket"}
+
+
 def main():
+    """`hostile.py TARGETS_JSON` tries every attack its targets allow; `hostile.py TARGETS_JSON NAME`
+    tries one (an agent runs them one tool call each)."""
     t = json.loads(sys.argv[1])
-    try_read("read_operator_home", t["home_canary"])
-    try_read("read_key_file", t["key_file"])
-    try_read("read_shadow", "/etc/shadow")
-    try_list("list_campaign_runs", t["runs_dir"], t.get("own_run", ""))
-    try_read("read_other_run", t["other_run_file"])
-    if t.get("solution"):
-        try_read("read_solution", t["solution"])
-    try_unix("connect_run_socket", t["run_socket"])
-    if t.get("munge_socket"):
-        try_unix("connect_munge", t["munge_socket"])
-    try_abstract("connect_abstract_socket", t["abstract_socket"])
-    try_tcp("connect_loopback_tcp", "127.0.0.1", t["tcp_port"])
-    try_sbatch("sbatch", t.get("slurm_conf"), t["marker"])
-    try_write("write_outside_scope", t["outside_file"])
-    try_write("write_campaign", t["campaign_file"])
+    names = sys.argv[2:3] if len(sys.argv) > 2 and sys.argv[2] in ATTACKS else list(ATTACKS)
+    for name in names:
+        if name in OPTIONAL and not t.get(OPTIONAL[name]) and len(names) > 1:
+            continue
+        ATTACKS[name](t)
 
 
 if __name__ == "__main__":

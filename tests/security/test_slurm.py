@@ -8,12 +8,9 @@ those paths proves they work. From inside the sandbox both must fail, and no job
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from roles import load_roles_dir, manifest_sha256
 from sweep.providers.local import LocalProvider
@@ -21,23 +18,6 @@ from sweep.runtimes import SessionRequest, run_session
 from tests.security.conftest import HOSTILE, attack_lines
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
-
-
-@pytest.fixture(scope="module")
-def exposed_cluster(slurm_cluster, targets):
-    link = targets.root / "munge.sock"
-    try:
-        os.link(slurm_cluster.dir / "munge.sock", link)
-    except OSError as exc:
-        pytest.skip(f"cannot link the munge socket next to the campaign: {exc}")
-    conf = targets.root / "slurm.conf"
-    conf.write_text(slurm_cluster.conf.read_text().replace(f"{slurm_cluster.dir}/munge.sock", str(link)))
-    env = dict(slurm_cluster.env, SLURM_CONF=str(conf))
-    control = subprocess.run(["sbatch", "--parsable", "--job-name", "sweep-sec-control", "--wrap", "true"],
-                             env=env, capture_output=True, text=True, timeout=60)
-    assert control.returncode == 0, f"the exposed paths do not work from the host: {control.stderr}"
-    subprocess.run(["scancel", control.stdout.strip().split(";")[0]], env=env, capture_output=True, timeout=60)
-    return link, conf
 
 
 def test_a_session_can_neither_reach_munge_nor_submit_a_job(exposed_cluster, slurm_cluster, targets):

@@ -14,6 +14,7 @@ events; classification reads their structured error events before falling back t
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -251,6 +252,28 @@ def find_binary(binary: str) -> str | None:
     if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
         return None
     return os.path.realpath(path)
+
+
+@dataclass
+class JsonLines:
+    """One JSON object per line, as the agent CLIs print their events; what is not one is counted."""
+    events: int = 0
+    bad_lines: int = 0
+
+    def event_of(self, raw: bytes | str) -> dict[str, Any] | None:
+        """The line's event, or None (blank, not JSON, or not an object: the last two counted)."""
+        line = (raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw).strip()
+        if not line:
+            return None
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            self.bad_lines += 1
+            return None
+        self.events += 1
+        return event
 
 
 def feed_stdout(files: SessionFiles, feed_line: Callable[[bytes], None]) -> None:

@@ -43,7 +43,7 @@ from pathlib import Path
 from runstate.errors import ConfigError
 from roles.spec import tool_base
 from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
-                                 check_cli_options, class_of_status, endpoint_of, feed_stdout, find_binary)
+                                 JsonLines, check_cli_options, class_of_status, endpoint_of, feed_stdout, find_binary)
 
 # The CLI versions sweep's flag mapping and stream parser were tested with (tests/fixtures/streams).
 PINNED_VERSION = "2.1.197"
@@ -167,7 +167,7 @@ class ClaudeCodeRuntime:
 
 
 @dataclass
-class ClaudeStream:
+class ClaudeStream(JsonLines):
     """The state of one session, built from its stream-json lines as they come (one line at a time)."""
     session_id: str | None = None
     model: str | None = None
@@ -178,24 +178,12 @@ class ClaudeStream:
     assistant_errors: list[str] = field(default_factory=list)
     retries: list[dict] = field(default_factory=list)
     result: ResultEvent | None = None
-    bad_lines: int = 0
-    events: int = 0
     last_type: str | None = None
 
     def feed_line(self, raw: bytes | str) -> None:
-        line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-        line = line.strip()
-        if not line:
+        event = self.event_of(raw)
+        if event is None:
             return
-        try:
-            event = json.loads(line)
-        except ValueError:
-            self.bad_lines += 1
-            return
-        if not isinstance(event, dict):
-            self.bad_lines += 1
-            return
-        self.events += 1
         kind, subtype = event.get("type"), event.get("subtype")
         self.last_type = f"{kind}/{subtype}" if subtype else str(kind)
         if kind == "system" and subtype == "init":

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from runstate.errors import ConfigError
 from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
-                                 check_cli_options, class_of_status, endpoint_of, feed_stdout, find_binary)
+                                 JsonLines, check_cli_options, class_of_status, endpoint_of, feed_stdout, find_binary)
 
 PINNED_VERSION = "0.171.0"
 SUPPORTED_RANGE = ((0, 171, 0), (0, 172, 0))
@@ -209,7 +209,7 @@ class CodexRuntime:
 
 
 @dataclass
-class CodexStream:
+class CodexStream(JsonLines):
     prices: dict | None = None
     thread_id: str | None = None
     steps: int = 0
@@ -218,23 +218,11 @@ class CodexStream:
     failures: list[str] = field(default_factory=list)   # turn.failed / error messages (the CLI's own)
     reconnects: int = 0
     final_text: str | None = None
-    events: int = 0
-    bad_lines: int = 0
 
     def feed_line(self, raw: bytes | str) -> None:
-        line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-        line = line.strip()
-        if not line:
+        event = self.event_of(raw)
+        if event is None:
             return
-        try:
-            event = json.loads(line)
-        except ValueError:
-            self.bad_lines += 1
-            return
-        if not isinstance(event, dict):
-            self.bad_lines += 1
-            return
-        self.events += 1
         kind = event.get("type")
         if kind == "thread.started":
             thread_id = event.get("thread_id")

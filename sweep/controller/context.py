@@ -24,7 +24,9 @@ from runstate.models import EndReason, Event, Outcome, RunRecord, RunState
 from runstate.runs import append_event, load_record, save_record
 from sweep import textsafe
 from sweep.controller.budget import Budget
+from roles import RoleSpec
 from sweep.campaign import Campaign
+from sweep.execution import Provider
 from sweep.models.plan import FrozenCandidate
 from sweep.redact import Redactor
 
@@ -78,8 +80,8 @@ class Ctx:
     stop_signal: int | None = None     # SIGUSR1 = the time-limit warning (see pipeline.establish_stop_cause)
     lease_lost: bool = False
     interrupting: bool = False
-    roles_cache: tuple[dict[str, Any], dict[str, str]] | None = field(default=None, repr=False)
-    provider_cache: Any = field(default=None, repr=False)   # the sandbox provider, probed once per job
+    roles_cache: tuple[dict[str, RoleSpec], dict[str, str]] | None = field(default=None, repr=False)
+    provider_cache: Provider | None = field(default=None, repr=False)   # the sandbox provider, probed once per job
 
     @property
     def run_id(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from roles import RoleSpec
 from runstate.errors import ConfigError, ProviderError, StateError, describe_validation_error
 from runstate.files import make_private_dir
 from runstate.models import EndReason, Outcome, Phase
@@ -22,6 +23,7 @@ from sweep.models.evidence import (Checkpoints, GatesEvidence, ReviewEvidence, R
                                    SourceEvidence, read_evidence)
 from sweep.controller.context import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, fresh_dir,
                                       write_json)
+from sweep.execution import Limits, Provider
 from sweep.tree import copy_tree
 
 TRIAL_TIMEOUT_S = 900
@@ -41,12 +43,12 @@ def _options(ctx: Ctx):
 _PHASE_ROLE = {Phase.author: "author", Phase.review: "reviewer", Phase.solve: "solver"}
 
 
-def _provider(ctx: Ctx):
+def _provider(ctx: Ctx) -> Provider:
     from sweep.providers import get_provider
     if ctx.provider_cache is None:
         try:
             ctx.provider_cache = get_provider(_options(ctx).provider,
-                                              isolation=getattr(ctx.campaign.settings, "isolation", "bwrap"))
+                                              isolation=ctx.campaign.settings.isolation)
         except (ConfigError, ProviderError) as exc:
             # nothing may run unsandboxed by accident: the run parks with the reason, every role
             raise Park(_PHASE_ROLE.get(ctx.record.phase, "author"), "outage", f"configuration error: {exc}",
@@ -54,12 +56,12 @@ def _provider(ctx: Ctx):
     return ctx.provider_cache
 
 
-def _limits(ctx: Ctx):
+def _limits(ctx: Ctx) -> Limits:
     """The plan's resource bounds for every session and trial (docs/security.md)."""
     return ctx.campaign.settings.limits.to_limits()
 
 
-def _roles(ctx: Ctx) -> tuple[dict[str, Any], dict[str, str]]:
+def _roles(ctx: Ctx) -> tuple[dict[str, RoleSpec], dict[str, str]]:
     if ctx.roles_cache is None:
         from roles import load_roles_dir, manifest_sha256
         specs = load_roles_dir(ctx.campaign.dir / "roles")

@@ -222,7 +222,7 @@ def _park(ctx: Ctx, park: Park) -> int:
     # attempt, so a run that trips the same failure every time cannot stall a role indefinitely.
     parks = dict(ctx.record.checkpoints.get("parks") or {})
     count = int(parks.get(park.role, 0)) + 1
-    limit = getattr(ctx.campaign.settings, "parks_per_attempt", 3)
+    limit = ctx.campaign.settings.parks_per_attempt
     parks[park.role] = 0 if count >= limit else count
     ctx.save(checkpoints={**ctx.record.checkpoints, "parks": parks})
     if count >= limit:

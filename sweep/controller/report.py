@@ -24,7 +24,7 @@ def write_report(ctx: Ctx, rec: RunRecord, detail: str) -> None:
              + (f" ({rec.reason})" if rec.reason else ""), ""]
     if detail:
         lines += [detail, ""]
-    if getattr(ctx.campaign.settings, "isolation", "bwrap") == "none":
+    if ctx.campaign.settings.isolation == "none":
         lines += ["**UNSANDBOXED**: the plan sets isolation = \"none\"; sessions and trials of this run "
                   "ran without the sandbox (docs/security.md).", ""]
     src = cps.intake

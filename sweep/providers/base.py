@@ -80,11 +80,14 @@ class SandboxInfo:
 
 @dataclass
 class SandboxExecResult:
-    rc: int | None                        # None: no exit code (walltime, lost connection)
-    timed_out: bool
+    rc: int | None                        # None: no exit code (walltime, stall, lost connection)
+    timed_out: bool                       # the walltime (timeout_s) ended it
     duration_s: float
     stdout_tail: str
     stderr_tail: str
+    stopped: str | None = None            # "stalled": no output for idle_timeout_s, so it was stopped.
+                                          # A stall is the provider's or the agent's hang, not the task's
+                                          # verdict: callers treat it like an outage (retry, park)
 
 
 class TerminateOutcome:
@@ -102,9 +105,13 @@ class SandboxProvider(Protocol):
 
     def create(self, spec: SandboxSpec) -> SandboxHandle: ...
     def upload_archive(self, handle: SandboxHandle, local_dir: Path, remote_dir: str) -> None: ...
+    # exec streams: `on_output` gets each piece of output as it arrives (not once at the end);
+    # `timeout_s` is the walltime; `idle_timeout_s` (None = off) stops a command that has written
+    # nothing for that long and reports `stopped="stalled"`.
     def exec(self, handle: SandboxHandle, argv: list[str], *, cwd: str | None = None,
              env: dict[str, str] | None = None, stdin: bytes | None = None, timeout_s: float,
-             on_output: Callable[[str], None] | None = None) -> SandboxExecResult: ...
+             on_output: Callable[[str], None] | None = None,
+             idle_timeout_s: float | None = None) -> SandboxExecResult: ...
     def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path) -> None: ...
     def terminate(self, handle: SandboxHandle) -> str: ...           # a TerminateOutcome value
     def list_by_tags(self, tags: dict[str, str]) -> list[SandboxInfo]: ...

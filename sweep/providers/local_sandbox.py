@@ -69,7 +69,8 @@ class LocalSandboxes:
 
     def exec(self, handle: SandboxHandle, argv: list[str], *, cwd: str | None = None,
              env: dict[str, str] | None = None, stdin: bytes | None = None, timeout_s: float,
-             on_output: Callable[[str], None] | None = None) -> SandboxExecResult:
+             on_output: Callable[[str], None] | None = None,
+             idle_timeout_s: float | None = None) -> SandboxExecResult:
         d = self._dir(handle.sandbox_id)
         wd = self._map(d, cwd)
         wd.mkdir(parents=True, exist_ok=True)
@@ -77,22 +78,31 @@ class LocalSandboxes:
         if stdin is not None:
             stdin_path = d / f"stdin-{uuid.uuid4().hex[:12]}"
             write_atomic(stdin_path, stdin)
+        streamed = []
+
+        def stream(chunk: bytes) -> None:       # each chunk of stdout as the process writes it
+            streamed.append(True)
+            if on_output is not None:
+                on_output(chunk.decode("utf-8", "replace"))
+
         # wd listed as writable too: the local provider binds its cwd read-only over an enclosing
         # writable path otherwise
         try:
             start = time.monotonic()
             r = self.local.run(ExecSpec(argv=list(argv), cwd=wd, timeout_s=timeout_s, write_paths=(d / "fs", wd),
-                                        env=dict(env or {}), stdin_path=stdin_path))
+                                        env=dict(env or {}), stdin_path=stdin_path, idle_timeout_s=idle_timeout_s,
+                                        stdout_watch=stream))
         finally:
             if stdin_path is not None:
                 stdin_path.unlink(missing_ok=True)
         if r.launch_error:
             raise SandboxError(f"local exec could not start: {r.launch_error}", error_class="failure")
-        if on_output is not None and r.stdout_tail:
+        if on_output is not None and r.stdout_tail and not streamed:
             on_output(r.stdout_tail)
-        return SandboxExecResult(rc=None if r.timed_out else r.rc, timed_out=r.timed_out,
+        stalled = r.stopped == "stalled"
+        return SandboxExecResult(rc=None if r.timed_out or stalled else r.rc, timed_out=r.timed_out,
                                  duration_s=time.monotonic() - start, stdout_tail=r.stdout_tail,
-                                 stderr_tail=r.stderr_tail)
+                                 stderr_tail=r.stderr_tail, stopped="stalled" if stalled else None)
 
     def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path) -> None:
         src = self._map(self._dir(handle.sandbox_id), remote_dir)

@@ -16,6 +16,7 @@ import email.policy
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -33,6 +34,8 @@ class FakeDaytona:
         self.builds: dict[str, str | None] = {}             # sandbox id -> Dockerfile content it was created from
         self.requests: list[tuple[str, str, dict | None]] = []   # (method, path, json body)
         self.faults: list[dict] = []
+        self.sessions: dict[tuple[str, str], dict] = {}     # (sandbox, session) -> command id -> process
+        self.killed: list[str] = []                          # commands a session delete had to kill
         self.lock = threading.Lock()
         self.base = Path(tempfile.mkdtemp(prefix="fake-daytona-"))
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -192,6 +195,11 @@ class FakeDaytona:
             op = "/".join(parts[2:])
             if op == "process/execute" and method == "POST":
                 return 200, self._execute(sid, jbody or {}), None, "application/json"
+            if op == "files/folder" and method == "POST":
+                self._path(sid, query["path"][0]).mkdir(parents=True, exist_ok=True)
+                return 201, None, b"", "application/json"
+            if op.startswith("process/session"):
+                return self._session(sid, method, parts[4:], jbody or {})
             if op == "files/bulk-upload" and method == "POST":
                 self._upload(sid, body, ctype)
                 return 200, {}, None, "application/json"
@@ -199,6 +207,56 @@ class FakeDaytona:
                 raw, ct = self._download(sid, (jbody or {}).get("paths", []))
                 return 200, None, raw, ct
         raise _Http(404, f"the fake does not serve {method} {path}")
+
+    def _session(self, sid: str, method: str, rest: list[str], req: dict):
+        """Sessions: create, run a command asynchronously (a real process group, output to a file),
+        read its state and its logs, delete (kills what still runs)."""
+        if not rest and method == "POST":
+            with self.lock:
+                self.sessions[(sid, req["sessionId"])] = {}
+            return 201, None, b"", "application/json"
+        key = (sid, rest[0]) if rest else None
+        with self.lock:
+            cmds = self.sessions.get(key) if key else None
+        if cmds is None:
+            raise _Http(404, "session not found")
+        if len(rest) == 1 and method == "DELETE":
+            with self.lock:
+                del self.sessions[key]
+            for c in cmds.values():
+                if c["proc"].poll() is None:
+                    os.killpg(c["proc"].pid, signal.SIGKILL)
+                    c["proc"].wait()
+                    self.killed.append(c["command"])
+            return 204, None, b"", "application/json"
+        if rest[1:] == ["exec"] and method == "POST":
+            cmd_id = uuid.uuid4().hex
+            log = self.base / f"log-{cmd_id}"
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.roots[sid]),
+                   "SANDBOX_ROOT": str(self.roots[sid])}
+            with open(log, "wb") as f:
+                # no container here: an absolute `cd` (the provider's way to set the cwd) lands
+                # under the sandbox's directory, through a `cd` function the command's shells inherit
+                mapped = ('cd() { if [[ "$1" == /* ]]; then builtin cd "$SANDBOX_ROOT$1"; else builtin cd "$@"; fi; }; '
+                          f"export -f cd; {req['command']}")
+                proc = subprocess.Popen(["bash", "-c", mapped], cwd=self.roots[sid], env=env,
+                                        stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            cmds[cmd_id] = {"proc": proc, "log": log, "command": req["command"]}
+            if req.get("runAsync") or req.get("async"):
+                return 200, {"cmdId": cmd_id}, None, "application/json"
+            proc.wait()
+            out = log.read_text(errors="replace")
+            return 200, {"cmdId": cmd_id, "exitCode": proc.returncode, "output": out, "stdout": out,
+                         "stderr": ""}, None, "application/json"
+        if len(rest) >= 3 and rest[1] == "command" and rest[2] in cmds and method == "GET":
+            c = cmds[rest[2]]
+            if rest[3:] == ["logs"]:
+                out = c["log"].read_text(errors="replace")
+                return 200, {"output": out, "stdout": out, "stderr": ""}, None, "application/json"
+            return 200, {"id": rest[2], "command": c["command"], "exitCode": c["proc"].poll()}, None, \
+                "application/json"
+        raise _Http(404, f"the fake does not serve {method} session {'/'.join(rest)}")
 
     def _execute(self, sid: str, req: dict) -> dict:
         cwd = self._path(sid, req.get("cwd") or "/")

@@ -13,8 +13,12 @@ lazy registry in sweep/providers/__init__.py), so `sweep status` never imports i
 - Errors become SandboxError with an error class: 429 or "too many requests"/"capacity"/"limit
   exceeded" -> throttle; 5xx or no HTTP answer at all (connection refused) -> outage; 401/403 ->
   config; anything else (400, 404, 409, 422, build failure, create timeout) -> failure.
-- exec uses the SDK's one-shot `process.exec`: stdout and stderr come back combined, once, at the
-  end (on_output is called once with it). stdin is uploaded as a file and redirected.
+- exec streams: it runs the command in a session of its own (`process.create_session`,
+  `execute_session_command(run_async=True)`) and polls the command's logs and exit code, so
+  `on_output` gets output as it arrives; the walltime and the stall detector (no new output for
+  `idle_timeout_s`) are enforced here, from outside, by deleting the session (which ends the
+  command). stdin and env are uploaded as files (env never appears in the command line).
+  Archive packing uses the one-shot `process.exec`.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from typing import Any, Callable
 
 import daytona
 from daytona import (CreateSandboxFromImageParams, Daytona, DaytonaConfig, DaytonaError, Image,
-                     ListSandboxesQuery, Resources)
+                     ListSandboxesQuery, Resources, SessionExecuteRequest)
 
 from sweep.providers.base import (GpuRequest, SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo,
                                   SandboxSpec, TerminateOutcome, check_tags)
@@ -39,6 +43,7 @@ from sweep.providers.remote import ClassifiedCalls, key_location, read_key
 TAIL_BYTES = 16_384
 GONE_STATES = {"destroyed", "destroying"}
 THROTTLE_TEXT = ("too many requests", "rate limit", "limit exceeded", "capacity")
+POLL_S = (0.1, 1.0)          # the log poll starts fast and backs off to this while nothing changes
 UPLOAD_NAME = ".sweep-upload.tar.gz"
 DOWNLOAD_NAME = ".sweep-download.tar.gz"
 
@@ -137,30 +142,70 @@ class DaytonaProvider(ClassifiedCalls):
 
     def exec(self, handle: SandboxHandle, argv: list[str], *, cwd: str | None = None,
              env: dict[str, str] | None = None, stdin: bytes | None = None, timeout_s: float,
-             on_output: Callable[[str], None] | None = None) -> SandboxExecResult:
+             on_output: Callable[[str], None] | None = None,
+             idle_timeout_s: float | None = None) -> SandboxExecResult:
         sb = self._sandbox(handle)
+        tag = uuid.uuid4().hex[:12]
+        here = f"{cwd.rstrip('/')}/" if cwd else ""     # the files go where the command starts
+        if cwd:                              # like the other providers: a missing cwd is made
+            self._call("make the working directory", sb.fs.create_folder, cwd, "755")
         command = shlex.join(argv)           # quoted: argv text never becomes shell syntax
+        prelude = ""                         # each file is read, then removed, before the command starts
+        if env:
+            name = f".sweep-env-{tag}"
+            lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items() if k.isidentifier())
+            self._call("upload the environment", sb.fs.upload_file, lines.encode(), here + name)
+            prelude += f". ./{name}; rm -f {name}; "
         if stdin is not None:
-            name = f".sweep-stdin-{uuid.uuid4().hex[:12]}"
-            remote = f"{cwd.rstrip('/')}/{name}" if cwd else name
-            self._call("upload stdin", sb.fs.upload_file, stdin, remote)
-            command = f"{command} < {name}; rc=$?; rm -f {name}; exit $rc"
-            command = f"bash -c {shlex.quote(command)}"
+            name = f".sweep-stdin-{tag}"
+            self._call("upload stdin", sb.fs.upload_file, stdin, here + name)
+            prelude += f"exec 3< {name}; rm -f {name}; "
+            command = f"{command} <&3 3<&-"
+        script = (f"cd {shlex.quote(cwd)} || exit 125; " if cwd else "") + f"{prelude}{command}"
+        session = f"sweep-{tag}"
         start = time.monotonic()
+        self._call("open an exec session", sb.process.create_session, session)
         try:
-            resp = sb.process.exec(command, cwd=cwd, env=env or None, timeout=max(1, math.ceil(timeout_s)))
-        except DaytonaError as exc:
-            if isinstance(exc, getattr(daytona, "DaytonaTimeoutError", ())) and classify(exc) == "failure":
-                return SandboxExecResult(rc=None, timed_out=True, duration_s=time.monotonic() - start,
-                                         stdout_tail="", stderr_tail=str(exc)[-TAIL_BYTES:])
-            raise self._error("exec failed", exc) from None
-        duration = time.monotonic() - start
-        out = resp.result or ""
-        if on_output is not None and out:
-            on_output(out)
-        timed_out = resp.exit_code == -1 and duration >= timeout_s * 0.9
-        return SandboxExecResult(rc=None if timed_out else resp.exit_code, timed_out=timed_out,
-                                 duration_s=duration, stdout_tail=out[-TAIL_BYTES:], stderr_tail="")
+            resp = self._call("exec failed", sb.process.execute_session_command, session,
+                              SessionExecuteRequest(command=f"bash -c {shlex.quote(script)}", run_async=True))
+            return self._follow(sb, session, resp.cmd_id, start, timeout_s, idle_timeout_s, on_output)
+        finally:
+            try:                             # ends the command if it still runs (walltime, stall)
+                sb.process.delete_session(session)
+            except DaytonaError:
+                pass                         # the sandbox's own caps (auto-stop, TTL) still hold
+
+    def _follow(self, sb: Any, session: str, cmd_id: str, start: float, timeout_s: float,
+                idle_timeout_s: float | None, on_output: Callable[[str], None] | None) -> SandboxExecResult:
+        """Poll the command until it exits, its walltime passes, or it stalls; stream new output."""
+        seen = ""
+        last = start
+        wait = POLL_S[0]
+        stopped = None
+        timed_out = False
+        rc = None
+        while True:
+            cmd = self._call("read the command's state", sb.process.get_session_command, session, cmd_id)
+            logs = self._call("read the command's output", sb.process.get_session_command_logs, session, cmd_id)
+            out = logs.output or ""
+            now = time.monotonic()
+            if len(out) > len(seen):
+                if on_output is not None:
+                    on_output(out[len(seen):])
+                seen, last, wait = out, now, POLL_S[0]
+            if cmd.exit_code is not None:
+                rc = cmd.exit_code
+                break
+            if now - start >= timeout_s:
+                timed_out = True
+                break
+            if idle_timeout_s is not None and now - last >= idle_timeout_s:
+                stopped = "stalled"
+                break
+            time.sleep(min(wait, max(0.01, timeout_s - (now - start))))
+            wait = min(POLL_S[1], wait * 2)
+        return SandboxExecResult(rc=rc, timed_out=timed_out, duration_s=time.monotonic() - start,
+                                 stdout_tail=seen[-TAIL_BYTES:], stderr_tail="", stopped=stopped)
 
     def upload_archive(self, handle: SandboxHandle, local_dir: Path, remote_dir: str) -> None:
         """The whole directory as one tar.gz, unpacked in `remote_dir` (one upload, one exec)."""

@@ -129,7 +129,11 @@ class ModalProvider(ClassifiedCalls):
 
     def exec(self, handle: SandboxHandle, argv: list[str], *, cwd: str | None = None,
              env: dict[str, str] | None = None, stdin: bytes | None = None, timeout_s: float,
-             on_output: Callable[[str], None] | None = None) -> SandboxExecResult:
+             on_output: Callable[[str], None] | None = None,
+             idle_timeout_s: float | None = None) -> SandboxExecResult:
+        """Streams stdout to on_output. `idle_timeout_s` is not enforced on modal yet (the SDK's
+        stdout iterator blocks; docs/providers.md): the walltime and the sandbox's own
+        `idle_timeout` still bound a silent command."""
         sb = self._sandbox(handle.sandbox_id)
         start = time.monotonic()
         try:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from sweep.cli.common import campaign_option, next_step
@@ -81,13 +83,14 @@ def status(campaign: str | None, as_json: bool, watch: bool, interval: float, st
         next_step(f"sweep show RUN_ID --campaign {d}   (one run's history), or sweep status --watch")
 
 
-def _show_sessions(rdir) -> None:
+def _show_sessions(rdir: Path) -> None:
     """One line per role session: runtime, status, sandbox and network (from its own records:
     argv.json, written before launch, and result.json, written at its end, each read through its
     model; one that does not read is named on the line)."""
     from runstate.files import read_model
+    from runstate.paths import RunPaths
     from sweep.models.evidence import SessionLaunch, SessionRecord
-    root = rdir / "sessions"
+    root = RunPaths.at(rdir).sessions
     dirs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     if not dirs:
         return

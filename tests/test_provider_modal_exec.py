@@ -94,6 +94,7 @@ class RecordedSandbox:
     def __init__(self, root: Path):
         self.root = root
         self.calls: list[tuple] = []
+        self.processes: list[_Process] = []
         self.filesystem = _Filesystem(self)
 
     def path(self, remote: str) -> Path:
@@ -103,7 +104,9 @@ class RecordedSandbox:
         self.calls.append(("exec", args, workdir, dict(env or {}), timeout, text))
         cwd = self.path(workdir or "/")
         cwd.mkdir(parents=True, exist_ok=True)
-        return _Process(list(args), cwd, {"PATH": "/usr/bin:/bin", **(env or {})}, timeout, self.calls)
+        proc = _Process(list(args), cwd, {"PATH": "/usr/bin:/bin", **(env or {})}, timeout, self.calls)
+        self.processes.append(proc)
+        return proc
 
 
 @pytest.fixture
@@ -169,3 +172,18 @@ def test_upload_and_download_one_archive_each_way(setup, tmp_path):
     assert (back / "new.txt").read_text() == "made\n" and (back / "d" / "f.txt").exists()
     assert [c[0] for c in sb.calls].count("fs.read_bytes") == 1
     assert not (sb.root / "workspace" / ".sweep-download.tar.gz").exists()
+
+
+def test_a_command_that_goes_silent_is_stopped_as_stalled(setup):
+    p, h, sb = setup
+    chunks: list[str] = []
+    r = p.exec(h, ["sh", "-c", "echo working; sleep 120; echo never"], cwd="/w", timeout_s=120,
+               idle_timeout_s=1.5, on_output=chunks.append)
+    assert r.stopped == "stalled" and r.rc is None and not r.timed_out
+    assert chunks == ["working\n"] and r.duration_s < 100
+    first = sb.processes[0].proc
+    assert first.wait(timeout=30) is not None              # the command (and its sleep) were stopped
+    assert [c[1][:2] for c in sb.calls if c[0] == "exec"][1] == ("bash", "-c")   # by a second exec
+    ok = p.exec(h, ["sh", "-c", "echo a; sleep 0.2; echo b"], cwd="/w", timeout_s=30, idle_timeout_s=20,
+                on_output=chunks.append)
+    assert ok.rc == 0 and ok.stopped is None and "b" in ok.stdout_tail

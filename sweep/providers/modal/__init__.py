@@ -20,9 +20,11 @@ from __future__ import annotations
 import io
 import math
 import os
+import queue
 import tarfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +36,10 @@ from sweep.providers.base import (SandboxError, SandboxExecResult, SandboxHandle
 from sweep.providers.remote import ClassifiedCalls, key_location, read_key
 
 TAIL_CHARS = 16_384
+# stop the process whose pid is in the file "$0" and all its descendants: stop each first (it
+# cannot fork any more), then kill the whole tree
+STOP_TREE = ('s() { local c; kill -STOP "$1" 2>/dev/null; for c in $(cat /proc/$1/task/*/children 2>/dev/null); '
+             'do s "$c"; done; kill -KILL "$1" 2>/dev/null; }; s "$(cat "$0")"; rm -f "$0"')
 _ENV_LOCK = threading.Lock()
 UPLOAD_NAME = ".sweep-upload.tar.gz"
 DOWNLOAD_NAME = ".sweep-download.tar.gz"
@@ -131,11 +137,16 @@ class ModalProvider(ClassifiedCalls):
              env: dict[str, str] | None = None, stdin: bytes | None = None, timeout_s: float,
              on_output: Callable[[str], None] | None = None,
              idle_timeout_s: float | None = None) -> SandboxExecResult:
-        """Streams stdout to on_output. `idle_timeout_s` is not enforced on modal yet (the SDK's
-        stdout iterator blocks; docs/providers.md): the walltime and the sandbox's own
-        `idle_timeout` still bound a silent command."""
+        """Streams stdout to on_output. With `idle_timeout_s`, stdout is read by a thread and a
+        command silent for that long is stopped: the command runs under a wrapper that records its
+        pid, and a second exec stops it and every descendant (SIGSTOP, then SIGKILL, through
+        /proc/<pid>/task/*/children)."""
         sb = self._sandbox(handle.sandbox_id)
         start = time.monotonic()
+        pidfile = f"/tmp/.sweep-exec-{uuid.uuid4().hex[:12]}.pid"  # noqa: S108 - inside the remote sandbox
+        if idle_timeout_s is not None:
+            argv = ["bash", "-c", 'echo $$ > "$0"; "$@"; rc=$?; rm -f "$0"; exit $rc', pidfile, *argv]
+        stopped = None
         try:
             p = sb.exec(*argv, workdir=cwd, env=env or None, timeout=max(1, math.ceil(timeout_s)), text=True)
             if stdin is not None:
@@ -143,21 +154,60 @@ class ModalProvider(ClassifiedCalls):
                 p.stdin.write_eof()
                 p.stdin.drain()
             out: list[str] = []
-            for chunk in p.stdout:            # streamed as it arrives
-                out.append(chunk)
-                if on_output is not None:
-                    on_output(chunk)
-            err = p.stderr.read()
+            if idle_timeout_s is None:
+                for chunk in p.stdout:        # streamed as it arrives
+                    out.append(chunk)
+                    if on_output is not None:
+                        on_output(chunk)
+            else:
+                stopped = self._read_watching(sb, p, pidfile, idle_timeout_s, out, on_output)
+            err = "" if stopped else p.stderr.read()
             rc = p.wait()
         except mexc.Error as exc:
             raise self._error("exec failed", exc) from None
         stdout = "".join(out)
+        if stopped:
+            return SandboxExecResult(rc=None, timed_out=False, duration_s=time.monotonic() - start,
+                                     stdout_tail=stdout[-TAIL_CHARS:], stderr_tail="", stopped=stopped)
         timed_out = rc == -1                  # the SDK reports its exec deadline as -1, not an exception
         if rc == 137 and handle.sandbox_id in self.terminated_by_us:
             err = (err or "") + "\n[sweep] exit 137 after our own terminate: not an out-of-memory kill"
         return SandboxExecResult(rc=None if timed_out else rc, timed_out=timed_out,
                                  duration_s=time.monotonic() - start, stdout_tail=stdout[-TAIL_CHARS:],
                                  stderr_tail=(err or "")[-TAIL_CHARS:])
+
+    def _read_watching(self, sb: Any, p: Any, pidfile: str, idle_timeout_s: float, out: list[str],
+                       on_output: Callable[[str], None] | None) -> str | None:
+        """Read stdout in a thread; "stalled" (after stopping the command) when nothing came for
+        `idle_timeout_s`, None when the stream ended."""
+        chunks: queue.Queue[str | None | BaseException] = queue.Queue()
+
+        def pump() -> None:
+            try:
+                for chunk in p.stdout:
+                    chunks.put(chunk)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                chunks.put(exc)
+            chunks.put(None)
+
+        reader = threading.Thread(target=pump, daemon=True, name="sweep-modal-stdout")
+        reader.start()
+        while True:
+            try:
+                item = chunks.get(timeout=idle_timeout_s)
+            except queue.Empty:
+                break
+            if item is None:
+                return None
+            if isinstance(item, BaseException):
+                raise item
+            out.append(item)
+            if on_output is not None:
+                on_output(item)
+        kill = self._call("stop a stalled command", sb.exec, "bash", "-c", STOP_TREE, pidfile, timeout=60, text=True)
+        kill.wait()
+        reader.join(timeout=30)
+        return "stalled"
 
     def upload_archive(self, handle: SandboxHandle, local_dir: Path, remote_dir: str) -> None:
         buf = io.BytesIO()

@@ -195,26 +195,41 @@ def scan_runs(campaign: Path, *, use_index: bool = True) -> RunScan:
     ids = iter_run_ids(campaign, symlinks)
     for run_id in symlinks:                # reported, never followed (as list_runs and show do)
         scan.corrupt[run_id] = SYMLINKED_RUN
-    for run_id in ids:
-        ending = entries.get(run_id)
-        if ending is not None:
-            if still_true(root, ending):
-                scan.settled[run_id] = ending
-                continue
-            scan.stale.append(run_id)
-        loaded, ident = read_record_ident(f"{root}/{run_id}/{STATE_FILE}", run_id)
-        if loaded.missing:
-            continue
-        if loaded.value is None:
-            scan.corrupt[run_id] = loaded.problem or "unreadable"
-        else:
-            scan.records[run_id] = loaded.value
-            if ident is not None:       # always set with a value (read from the open descriptor)
-                scan.idents[run_id] = ident
+    stat_root: str | int = root            # index checks stat `<id>/state.json` relative to runs/
+    if entries and ids:
+        try:
+            stat_root = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            pass                           # the full paths then: same answers, a longer lookup each
+    try:
+        for run_id in ids:
+            ending = entries.get(run_id)
+            if ending is not None:
+                if still_true(stat_root, ending):
+                    scan.settled[run_id] = ending
+                    continue
+                scan.stale.append(run_id)
+            _read_into(scan, root, run_id)
+    finally:
+        if type(stat_root) is int:
+            os.close(stat_root)
     if len(scan.settled) + len(scan.stale) < len(entries):       # entries of runs that are gone
         listed = scan.settled.keys() | set(scan.stale)
         scan.stale.extend(rid for rid in entries if rid not in listed)
     return scan
+
+
+def _read_into(scan: RunScan, root: str, run_id: str) -> None:
+    """Read one run from its files into `scan` (a record and its identity, or why it is corrupt)."""
+    loaded, ident = read_record_ident(f"{root}/{run_id}/{STATE_FILE}", run_id)
+    if loaded.missing:
+        return
+    if loaded.value is None:
+        scan.corrupt[run_id] = loaded.problem or "unreadable"
+    else:
+        scan.records[run_id] = loaded.value
+        if ident is not None:       # always set with a value (read from the open descriptor)
+            scan.idents[run_id] = ident
 
 
 def append_event(rdir: Path, event: Event) -> None:

@@ -7,10 +7,12 @@ which roles are cooling down, and what is stuck and why.
 from __future__ import annotations
 
 import gc
+import heapq
 import os
 import time
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, TypedDict
 
 from runstate.files import read_model
 from runstate.lease import read_lease_at
@@ -22,18 +24,170 @@ from sweep import textsafe
 from sweep.campaign import load_campaign
 
 
+# The rows and parts of `sweep status --json` (docs/cli.md): plain JSON objects, typed here.
+class ActiveRow(TypedDict):
+    run_id: str
+    job_id: str | None
+    lane: str
+    gpus: int
+    phase: str
+    attempts: int
+    max_attempts: int
+    interruptions: int
+    max_interruptions: int
 
-def collect_status(campaign_dir: Path, now: float | None = None, *, include_queued: bool = False) -> dict[str, Any]:
+
+class _HeldRequired(TypedDict):
+    run_id: str
+    reason: str
+    lane: str
+
+
+class HeldRow(_HeldRequired, total=False):
+    submitting_since: float          # only while a submission is in flight
+
+
+class ErrorRow(TypedDict):
+    run_id: str
+    error: str
+
+
+class EndedRow(TypedDict):
+    run_id: str
+    outcome: str
+    reason: str | None
+    lane: str
+
+
+class QueuedRow(TypedDict):
+    run_id: str
+    lane: str
+    attempts: int
+    max_attempts: int
+    phase: str
+
+
+class TickSummary(TypedDict):
+    age_s: float
+    duration_s: float
+    squeue_known: bool
+    squeue_error: str | None
+    stale: bool
+    errors: list[str]
+    actions: int
+    ghosts: list[dict[str, Any]]
+    waiting: dict[str, int]
+    accounting: str
+    accounting_error: str | None
+
+
+class DrainInfo(TypedDict):
+    requested_by: str | None
+    reason: str | None
+    requested_at: float | None
+    drained: bool
+    active: int
+    held_leases: int
+
+
+class _CooldownRequired(TypedDict):
+    role: str
+    kind: str
+    left_s: float
+    detail: str | None
+
+
+class CooldownRow(_CooldownRequired, total=False):
+    canary: bool                     # the cooldown is over: one canary run is admitted
+
+
+class _ProviderCooldownRequired(TypedDict):
+    provider: str
+    kind: str
+    detail: str | None
+    left_s: float
+
+
+class ProviderCooldownRow(_ProviderCooldownRequired, total=False):
+    canary: bool                     # the provider's cooldown is over: one canary run on it
+
+
+class LaneRow(TypedDict):
+    lane: str
+    failures: int
+    until: float
+    left_s: float
+    message: str
+
+
+class Spend(TypedDict):
+    spent_usd: float
+    cap_usd: float | None
+
+
+@dataclass
+class StatusReport:
+    """What `sweep status` shows, and (via `as_json`) the object `sweep status --json` prints: the
+    field names are the JSON keys, in this order. `queued` is present only when asked for,
+    `filters` and `show_verified` only when set; `ended_capped` is never printed."""
+
+    campaign: str
+    lanes_backing_off: list[LaneRow]
+    name: str
+    campaign_id: str
+    isolation: str
+    backend: str
+    target_verified: int
+    runs: int
+    counts: dict[str, int]                # queued, active, ended
+    outcomes: dict[str, int]              # ended runs per outcome
+    corrupt: dict[str, str]               # run id -> problem
+    tick: TickSummary | None
+    interval_s: float
+    draining: bool
+    drain: DrainInfo | None
+    cooldowns: list[CooldownRow]
+    provider_cooldowns: list[ProviderCooldownRow]
+    sandboxes_uncertain: str | None
+    active: list[ActiveRow]
+    held: list[HeldRow]
+    errors: list[ErrorRow]
+    ended: list[EndedRow]                 # by run id; all of them unless ended_capped
+    held_leases: int
+    attempts_spent: int
+    interruptions: int
+    interrupted_by: dict[str, int]
+    spend: Spend
+    queued: list[QueuedRow] | None = None
+    filters: str | None = None
+    show_verified: bool = False
+    # the human view asked for at most N ended rows per outcome: `outcomes` has the totals
+    ended_capped: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        del out["ended_capped"]
+        for key, unset in (("queued", None), ("filters", None), ("show_verified", False)):
+            if out[key] is unset:
+                del out[key]
+        return out
+
+
+def collect_status(campaign_dir: Path, now: float | None = None, *, include_queued: bool = False,
+                   ended_limit: int | None = None) -> StatusReport:
+    """The campaign's status from its files. `ended_limit`: keep at most that many ended rows per
+    outcome (the first by run id; the human view shows 20) instead of one per ended run."""
     collecting = gc.isenabled()
     gc.disable()     # acyclic records and dicts: see sweep/tick/__init__.py
     try:
-        return _collect_status(campaign_dir, now, include_queued)
+        return _collect_status(campaign_dir, now, include_queued, ended_limit)
     finally:
         if collecting:
             gc.enable()
 
 
-def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool = False) -> dict[str, Any]:
+def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool = False,
+                    ended_limit: int | None = None) -> StatusReport:
     now = time.time() if now is None else now
     campaign_dir = Path(campaign_dir).resolve()
     campaign = load_campaign(campaign_dir)
@@ -42,9 +196,12 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
     root = os.fspath(runs_root(campaign_dir))
     counts: dict[str, int] = {"queued": 0, "active": 0, "ended": 0}
     outcomes: dict[str, int] = {}
-    active, held, errors, ended = [], [], [], []
+    active: list[ActiveRow] = []
+    held: list[HeldRow] = []
+    errors: list[ErrorRow] = []
+    ended_read: list[EndedRow] = []
     held_leases = 0
-    queued: list[dict] = []
+    queued: list[QueuedRow] = []
     spent = 0.0          # final spend of ended runs + what in-flight runs have committed (spend.json)
     tick_loaded = read_model(campaign_dir / "tick.json", TickReport)
     # why each queued run was not admitted, as the last tick's planner said (tick.json)
@@ -67,7 +224,7 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         if rec.state is RunState.ended:
             key = rec.outcome.value
             outcomes[key] = outcomes.get(key, 0) + 1
-            ended.append({"run_id": run_id, "outcome": key, "reason": rec.reason, "lane": rec.lane})
+            ended_read.append({"run_id": run_id, "outcome": key, "reason": rec.reason, "lane": rec.lane})
             spent += rec.spent_usd
         elif rec.state is RunState.active:
             active.append({"run_id": run_id, "job_id": rec.job_id, "lane": rec.lane, "gpus": rec.gpus,
@@ -83,20 +240,28 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         if rec.state is RunState.queued:
             reason = rec.hold_reason or waiting_reason.get(run_id) or (
                 f"parked ({rec.parked_role})" if rec.parked_until else "waiting for the next tick")
-            entry: dict[str, object] = {"run_id": run_id, "reason": reason, "lane": rec.lane}
+            entry: HeldRow = {"run_id": run_id, "reason": reason, "lane": rec.lane}
             if rec.submitting_since is not None:
                 entry["submitting_since"] = rec.submitting_since
             held.append(entry)
         if rec.last_error and rec.state is not RunState.ended:
             errors.append({"run_id": run_id, "error": rec.last_error})
+    ended = ended_read
     if listing.settled:       # ended runs the index vouched for: what status shows of them is in it
-        counts["ended"] += len(listing.settled)
-        for run_id, e in listing.settled.items():
+        settled = listing.settled
+        counts["ended"] += len(settled)
+        for e in settled.values():
             outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
-            ended.append({"run_id": run_id, "outcome": e.outcome, "reason": e.reason, "lane": e.lane})
             spent += e.spent_usd
-        ended.sort(key=lambda e: e["run_id"])
-    tick = None
+        from_index: Iterator[EndedRow] = (
+            {"run_id": rid, "outcome": e.outcome, "reason": e.reason, "lane": e.lane}
+            for rid, e in settled.items())
+        # both are in run-id order (scan_runs walks the sorted listing): merge, never sort
+        rows = heapq.merge(ended_read, from_index, key=_run_id) if ended_read else from_index
+        ended = _first_per_outcome(rows, ended_limit) if ended_limit is not None else list(rows)
+    elif ended_limit is not None:
+        ended = _first_per_outcome(iter(ended_read), ended_limit)
+    tick: TickSummary | None = None
     interval_s = s.tick.interval_minutes * 60
     if tick_loaded.value is not None:
         t = tick_loaded.value
@@ -108,14 +273,14 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
                 "accounting": t.accounting, "accounting_error": t.accounting_error}
     drain = read_drain(campaign_dir)
     draining = not drain.missing
-    drain_info = None
+    drain_info: DrainInfo | None = None
     if draining:
         d = drain.value
         drained = counts["active"] == 0 and held_leases == 0
         drain_info = {"requested_by": d.requested_by if d else None, "reason": d.reason if d else None,
                       "requested_at": d.requested_at if d else None, "drained": drained,
                       "active": counts["active"], "held_leases": held_leases}
-    cooldowns = []
+    cooldowns: list[CooldownRow] = []
     for role in PIPELINE_ROLES:
         stamp = read_outage(campaign_dir, role).value
         if stamp is not None and stamp.is_active(now):
@@ -124,28 +289,42 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         elif stamp is not None:
             cooldowns.append({"role": role, "kind": stamp.kind, "left_s": 0.0, "detail": stamp.detail,
                               "canary": True})
-    provider_cooldowns = []
+    provider_cooldowns: list[ProviderCooldownRow] = []
     for provider, pstamp in sorted(read_provider_stamps(campaign_dir).items()):
         provider_cooldowns.append({"provider": provider, "kind": pstamp.kind, "detail": pstamp.detail,
                                    "left_s": max(0.0, pstamp.until - now) if pstamp.is_active(now) else 0.0,
                                    **({} if pstamp.is_active(now) else {"canary": True})})
     from sweep.tick.act import read_lane_backoff
-    lanes = [{"lane": lane, "failures": b.failures, "until": b.until, "left_s": max(0.0, b.until - now),
-              "message": b.message} for lane, b in sorted(read_lane_backoff(campaign_dir).items())
-             if b.failures]
-    return {"campaign": str(campaign_dir), "lanes_backing_off": lanes, "name": s.name, "campaign_id": campaign.campaign_id,
-            "isolation": getattr(s, "isolation", "bwrap"),
-            "backend": s.scheduler.backend, "target_verified": s.target_verified,
-            "runs": listing.run_count, "counts": counts, "outcomes": outcomes,
-            "corrupt": listing.corrupt, "tick": tick, "interval_s": interval_s,
-            "draining": draining, "drain": drain_info, "cooldowns": cooldowns,
-            "provider_cooldowns": provider_cooldowns,
-            "sandboxes_uncertain": read_uncertain(campaign_dir),
-            "active": active, "held": held, "errors": errors, "ended": ended,
-            "held_leases": held_leases, "attempts_spent": attempts_spent,
-            "interruptions": interruptions, "interrupted_by": interrupted_by,
-            "spend": {"spent_usd": round(spent, 6), "cap_usd": s.max_spend_usd},
-            **({"queued": queued} if include_queued else {})}
+    lanes: list[LaneRow] = [{"lane": lane, "failures": b.failures, "until": b.until,
+                             "left_s": max(0.0, b.until - now), "message": b.message}
+                            for lane, b in sorted(read_lane_backoff(campaign_dir).items()) if b.failures]
+    return StatusReport(
+        campaign=str(campaign_dir), lanes_backing_off=lanes, name=s.name, campaign_id=campaign.campaign_id,
+        isolation=getattr(s, "isolation", "bwrap"), backend=s.scheduler.backend,
+        target_verified=s.target_verified, runs=listing.run_count, counts=counts, outcomes=outcomes,
+        corrupt=listing.corrupt, tick=tick, interval_s=interval_s, draining=draining, drain=drain_info,
+        cooldowns=cooldowns, provider_cooldowns=provider_cooldowns,
+        sandboxes_uncertain=read_uncertain(campaign_dir), active=active, held=held,
+        errors=errors, ended=ended, held_leases=held_leases, attempts_spent=attempts_spent,
+        interruptions=interruptions, interrupted_by=interrupted_by,
+        spend={"spent_usd": round(spent, 6), "cap_usd": s.max_spend_usd},
+        queued=queued if include_queued else None, ended_capped=ended_limit is not None)
+
+
+def _run_id(row: EndedRow) -> str:
+    return row["run_id"]
+
+
+def _first_per_outcome(rows: Iterator[EndedRow], limit: int) -> list[EndedRow]:
+    """The first `limit` rows of each outcome, in the order given."""
+    kept: list[EndedRow] = []
+    per: dict[str, int] = {}
+    for row in rows:
+        n = per.get(row["outcome"], 0)
+        if n < limit:
+            per[row["outcome"]] = n + 1
+            kept.append(row)
+    return kept
 
 
 def _committed(path: str) -> float:
@@ -176,26 +355,25 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def filter_status(st: dict[str, Any], *, state: str | None = None, outcome: str | None = None,
-                  lane: str | None = None) -> dict[str, Any]:
+def filter_status(st: StatusReport, *, state: str | None = None, outcome: str | None = None,
+                  lane: str | None = None) -> StatusReport:
     """`st` with its run lists (active, held, queued, errors, ended) cut to the filters; counts stay whole."""
-    def keep(kind: str, row: dict) -> bool:
+    def keep(kind: str, row: Any) -> bool:
         if state is not None and kind != state:
             return False
         if outcome is not None and (kind != "ended" or row.get("outcome") != outcome):
             return False
         return lane is None or row.get("lane", lane) == lane
-    out = dict(st)
-    out["active"] = [r for r in st["active"] if keep("active", r)]
-    out["held"] = [r for r in st["held"] if keep("queued", r)]
-    out["ended"] = [r for r in st["ended"] if keep("ended", r)]
-    if "queued" in st:
-        out["queued"] = [r for r in st["queued"] if keep("queued", r)]
-    if state is not None or outcome is not None or lane is not None:
-        shown = {r["run_id"] for key in ("active", "held", "ended", "queued") for r in out.get(key, [])}
-        out["errors"] = [r for r in st["errors"] if r["run_id"] in shown]
-        out["filters"] = " ".join(f"{k}={v}" for k, v in (("state", state), ("outcome", outcome), ("lane", lane)) if v)
-        out["show_verified"] = True
+    if state is None and outcome is None and lane is None:
+        return st
+    out = replace(st, active=[r for r in st.active if keep("active", r)],
+                  held=[r for r in st.held if keep("queued", r)],
+                  ended=[r for r in st.ended if keep("ended", r)],
+                  queued=None if st.queued is None else [r for r in st.queued if keep("queued", r)])
+    shown = {r["run_id"] for rows in (out.active, out.held, out.ended, out.queued or []) for r in rows}
+    out.errors = [r for r in st.errors if r["run_id"] in shown]
+    out.filters = " ".join(f"{k}={v}" for k, v in (("state", state), ("outcome", outcome), ("lane", lane)) if v)
+    out.show_verified = True
     return out
 
 
@@ -205,14 +383,13 @@ def _bar(done: float, total: float, width: int) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + f"] {frac * 100:3.0f}%"
 
 
-def render_progress(st: dict[str, Any], width: int = 80) -> list[str]:
+def render_progress(st: StatusReport, width: int = 80) -> list[str]:
     """Two bars for a terminal: verified toward target_verified, spend against the cap."""
     bar_w = max(10, min(40, width - 45))
-    verified = st["outcomes"].get("verified", 0)
-    target = st["target_verified"]
+    verified = st.outcomes.get("verified", 0)
+    target = st.target_verified
     lines = [f"verified {verified:>5}/{target:<5} {_bar(verified, target, bar_w)}"]
-    spend = st.get("spend") or {}
-    spent, cap = spend.get("spent_usd", 0.0), spend.get("cap_usd")
+    spent, cap = st.spend["spent_usd"], st.spend["cap_usd"]
     if cap:
         lines.append(f"spend  {spent:>8.2f}/{cap:<8.2f} USD {_bar(spent, cap, bar_w)}")
     else:
@@ -220,117 +397,118 @@ def render_progress(st: dict[str, Any], width: int = 80) -> list[str]:
     return lines
 
 
-def render_status(st: dict[str, Any], limit: int = 20, *, progress: bool = False, width: int = 80) -> str:
-    out = [f"campaign {st['name']} ({st['campaign_id']}) at {st['campaign']}  backend {st['backend']}"]
+def render_status(st: StatusReport, limit: int = 20, *, progress: bool = False, width: int = 80) -> str:
+    out = [f"campaign {st.name} ({st.campaign_id}) at {st.campaign}  backend {st.backend}"]
     if progress:
         out += render_progress(st, width)
-    if st.get("filters"):
-        out.append(f"showing runs with {st['filters']}")
-    tick = st["tick"]
+    if st.filters:
+        out.append(f"showing runs with {st.filters}")
+    tick = st.tick
     if tick is None:
         out.append("last tick: never (run `sweep tick`, or install it with `sweep scrontab --install`)")
     else:
         line = f"last tick: {_age(tick['age_s'])} ago, took {tick['duration_s']:.2f}s"
         line += "" if tick["squeue_known"] else f", queue UNKNOWN: {tick['squeue_error']}"
         if tick["stale"]:
-            line += (f"  WARNING: older than 3 intervals ({_age(3 * st['interval_s'])}); "
+            line += (f"  WARNING: older than 3 intervals ({_age(3 * st.interval_s)}); "
                      "is the scrontab entry installed and enabled?")
         out.append(line)
         for err in tick["errors"][:3]:
             out.append(f"  tick error: {err}")
-        for g in tick.get("ghosts") or []:
+        for g in tick["ghosts"]:
             out.append(f"  ghost job {g['job_id']} ({g['name']}): no lease knows it; counted against "
                        "the limits, cancelled after tick.ghost_grace_s")
-        if tick.get("accounting") == "unavailable":
-            out.append(f"  accounting: unavailable ({tick.get('accounting_error')}): a controller job that "
+        if tick["accounting"] == "unavailable":
+            out.append(f"  accounting: unavailable ({tick['accounting_error']}): a controller job that "
                        "vanished without a word counts as an attempt, even if it was preempted or its "
                        "node failed (docs/slurm.md)")
-        elif tick.get("accounting") == "unknown":
-            out.append(f"  accounting: UNKNOWN ({tick.get('accounting_error')}): vanished jobs are judged "
+        elif tick["accounting"] == "unknown":
+            out.append(f"  accounting: UNKNOWN ({tick['accounting_error']}): vanished jobs are judged "
                        "on a later tick")
-    if st.get("sandboxes_uncertain"):
-        out.append(f"admission stopped: remote sandboxes uncertain ({st['sandboxes_uncertain']}); "
+    if st.sandboxes_uncertain:
+        out.append(f"admission stopped: remote sandboxes uncertain ({st.sandboxes_uncertain}); "
                    "run `sweep reconcile`")
-    if st["draining"]:
-        d = st["drain"]
+    if st.draining:
+        d = st.drain
         why = f" — reason: {d['reason']}" if d and d.get("reason") else ""
         if d and d["drained"]:
             out.append(f"drained: no active job, no held lease — safe to change the runtime{why}")
         else:
             out.append(f"draining ({d['active'] if d else '?'} active, "
                        f"{d['held_leases'] if d else '?'} held leases){why}")
-    if st.get("isolation") == "none":
+    if st.isolation == "none":
         out.append("isolation: none — sessions and trials run UNSANDBOXED (the plan says so)")
-    c, o = st["counts"], st["outcomes"]
-    parts = [f"{st['runs']} runs", f"queued {c['queued']}", f"active {c['active']}"]
+    c, o = st.counts, st.outcomes
+    parts = [f"{st.runs} runs", f"queued {c['queued']}", f"active {c['active']}"]
     parts += [f"{k} {o.get(k, 0)}" for k in ("verified", "generated_unverified", "blocked")]
-    if st["corrupt"]:
-        parts.append(f"corrupt {len(st['corrupt'])}")
-    out.append("runs: " + "  ".join(parts) + f"   (target {st['target_verified']} verified)")
-    if st.get("attempts_spent") or st.get("interruptions"):
-        by = ", ".join(f"{cause} {n}" for cause, n in sorted(st.get("interrupted_by", {}).items()))
-        out.append(f"attempts spent: {st['attempts_spent']}   interruptions (not the runs' fault): "
-                   f"{st['interruptions']}" + (f" ({by})" if by else ""))
-    for cd in st["cooldowns"]:
+    if st.corrupt:
+        parts.append(f"corrupt {len(st.corrupt)}")
+    out.append("runs: " + "  ".join(parts) + f"   (target {st.target_verified} verified)")
+    if st.attempts_spent or st.interruptions:
+        by = ", ".join(f"{cause} {n}" for cause, n in sorted(st.interrupted_by.items()))
+        out.append(f"attempts spent: {st.attempts_spent}   interruptions (not the runs' fault): "
+                   f"{st.interruptions}" + (f" ({by})" if by else ""))
+    for cd in st.cooldowns:
         if cd.get("canary"):
             out.append(f"cooldown over for {cd['role']}: admitting one canary run")
         else:
             out.append(f"cooldown: {cd['role']} ({cd['kind']}) {_age(cd['left_s'])} left — {cd['detail'] or ''}")
-    for pc in st.get("provider_cooldowns") or []:
+    for pc in st.provider_cooldowns:
         if pc.get("canary"):
             out.append(f"provider cooldown over for {pc['provider']}: admitting one canary run on it")
         else:
             out.append(f"provider cooldown: {pc['provider']} ({pc['kind']}) {_age(pc['left_s'])} left, "
                        f"runs on it wait — {pc['detail'] or ''}")
-    if st["active"]:
+    if st.active:
         out.append("active:")
         out.append(f"  {'RUN':<40} {'JOB':>10} {'LANE':<5} {'PHASE':<9} ATTEMPTS INTERRUPTIONS")
-        for a in st["active"][:limit]:
+        for a in st.active[:limit]:
             lane = a["lane"] + (f"x{a['gpus']}" if a["gpus"] else "")
             out.append(f"  {a['run_id']:<40} {a['job_id']:>10} {lane:<5} {a['phase']:<9} "
-                       f"{a['attempts']}/{a['max_attempts']:<6} {a.get('interruptions', 0)}/"
-                       f"{a.get('max_interruptions', '?')}")
-        if len(st["active"]) > limit:
-            out.append(f"  ... and {len(st['active']) - limit} more")
-    for b in st.get("lanes_backing_off") or []:
+                       f"{a['attempts']}/{a['max_attempts']:<6} {a['interruptions']}/"
+                       f"{a['max_interruptions']}")
+        if len(st.active) > limit:
+            out.append(f"  ... and {len(st.active) - limit} more")
+    for b in st.lanes_backing_off:
         state = (f"backing off, {_age(b['left_s'])} left" if b["left_s"] > 0 else "back-off over, probing")
         out.append(f"lane {b['lane']}: {b['failures']} refused submission(s) in a row, {state}")
         out.append(f"  slurm said: {_first_line(b['message'])}")
-    if st["held"]:
+    if st.held:
         out.append("not admitted (queued), and why:")
-        if len(st["held"]) <= limit:
-            for h in st["held"]:
+        if len(st.held) <= limit:
+            for h in st.held:
                 out.append(f"  {h['run_id']:<40} {h['reason']}")
         else:
             by_reason: dict[str, list[str]] = {}
-            for h in st["held"]:
+            for h in st.held:
                 by_reason.setdefault(h["reason"], []).append(h["run_id"])
             for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:limit]:
                 some = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
                 out.append(f"  {len(ids):>6} runs: {reason}  ({some})")
-    if st["errors"]:
+    if st.errors:
         out.append("errors:")
-        for e in st["errors"][:limit]:
+        for e in st.errors[:limit]:
             out.append(f"  {e['run_id']:<40} {_first_line(e['error'])}")
-    for run_id, why in list(st["corrupt"].items())[:limit]:
+    for run_id, why in list(st.corrupt.items())[:limit]:
         out.append(f"corrupt: {run_id}: {why}")
-    if st.get("queued"):
+    if st.queued:
         out.append("queued:")
-        for q in st["queued"][:limit]:
+        for q in st.queued[:limit]:
             out.append(f"  {q['run_id']:<40} {q['lane']:<5} next {q['phase']:<9} "
                        f"attempts {q['attempts']}/{q['max_attempts']}")
-        if len(st["queued"]) > limit:
-            out.append(f"  ... and {len(st['queued']) - limit} more")
+        if len(st.queued) > limit:
+            out.append(f"  ... and {len(st.queued) - limit} more")
     shown: tuple[str, ...] = ("generated_unverified", "blocked")
-    if st.get("show_verified"):
+    if st.show_verified:
         shown = ("verified", *shown)
     for outcome in shown:
-        ended = [e for e in st["ended"] if e["outcome"] == outcome]
-        if ended:
+        of_outcome = [e for e in st.ended if e["outcome"] == outcome]
+        if of_outcome:
             out.append(f"{outcome}:")
-            for e in ended[:limit]:
-                out.append(f"  {e['run_id']:<40} {e['reason'] or ''}")
-            if len(ended) > limit:
-                out.append(f"  ... and {len(ended) - limit} more")
+            for row in of_outcome[:limit]:
+                out.append(f"  {row['run_id']:<40} {row['reason'] or ''}")
+            total = st.outcomes.get(outcome, 0) if st.ended_capped else len(of_outcome)
+            if total > limit:
+                out.append(f"  ... and {total - limit} more")
     # each line escaped on its own, newlines too: a PR's or an agent's text cannot forge a line
     return "\n".join(textsafe.line(text) for text in out)

@@ -69,8 +69,8 @@ def truth(d: Path) -> dict:
 
 def status_counts(d: Path) -> dict:
     st = collect_status(d)
-    counts = {k: v for k, v in st["counts"].items() if v and k != "ended"}
-    counts.update({f"ended:{k}": v for k, v in st["outcomes"].items() if v})
+    counts = {k: v for k, v in st.counts.items() if v and k != "ended"}
+    counts.update({f"ended:{k}": v for k, v in st.outcomes.items() if v})
     return counts
 
 
@@ -89,9 +89,9 @@ def test_the_second_tick_reads_only_the_live_runs(campaign):
     assert second["counts"] == first["counts"] == truth(campaign)
     assert status_counts(campaign) == truth(campaign)
     st = collect_status(campaign)
-    assert st["runs"] == 6
-    assert {e["run_id"]: e["reason"] for e in st["ended"]} == {r: v[1] for r, v in ENDINGS.items()}
-    assert {e["lane"] for e in st["ended"]} == {"cpu"}
+    assert st.runs == 6
+    assert {e["run_id"]: e["reason"] for e in st.ended} == {r: v[1] for r, v in ENDINGS.items()}
+    assert {e["lane"] for e in st.ended} == {"cpu"}
 
 
 def test_the_budget_and_target_see_indexed_runs(campaign):
@@ -120,7 +120,7 @@ def test_sweep_retry_reopens_an_indexed_run_and_the_tick_sees_it(campaign):
     assert "pr-002" in load_index(campaign).entries
     sweep("retry", "pr-002", "--reason", "index test", "--campaign", str(campaign))
     st = collect_status(campaign)
-    assert st["counts"]["queued"] == 3 and "generated_unverified" not in st["outcomes"]
+    assert st.counts["queued"] == 3 and "generated_unverified" not in st.outcomes
     report = tick(campaign)
     assert report["counts"] == truth(campaign) and report["counts"]["queued"] == 3
     assert "pr-002" not in load_index(campaign).entries
@@ -130,7 +130,7 @@ def test_an_ending_rewritten_with_another_outcome_is_seen(campaign):
     tick(campaign)
     end(campaign, "pr-000", Outcome.blocked, "review_rejected")
     st = collect_status(campaign)
-    assert st["outcomes"]["verified"] == 1 and st["outcomes"]["blocked"] == 2
+    assert st.outcomes["verified"] == 1 and st.outcomes["blocked"] == 2
     time.sleep(RACY_S)
     tick(campaign)
     assert load_index(campaign).entries["pr-000"].reason == "review_rejected"
@@ -159,7 +159,7 @@ def test_an_ended_run_still_holding_a_lease_is_not_indexed(campaign):
                   now=time.time() - 10)
     tick(campaign)
     assert "pr-002" not in load_index(campaign).entries
-    assert collect_status(campaign)["held_leases"] == 1
+    assert collect_status(campaign).held_leases == 1
 
 
 def test_an_ending_whose_job_is_still_queued_is_not_indexed(campaign):
@@ -236,7 +236,7 @@ def test_an_index_ahead_of_the_files_is_overruled(campaign):
     with open(campaign / INDEX_FILE, "ab") as f:
         f.write(json.dumps(claim.line()).encode() + b"\n" + json.dumps(made_up.line()).encode() + b"\n")
     assert status_counts(campaign) == truth(campaign)
-    assert collect_status(campaign)["outcomes"]["verified"] == 2
+    assert collect_status(campaign).outcomes["verified"] == 2
     report = tick(campaign)
     assert report["counts"] == truth(campaign)
     assert {"pr-004", "pr-005"}.isdisjoint(load_index(campaign).entries)
@@ -246,7 +246,7 @@ def test_an_entry_of_a_deleted_run_is_dropped(campaign):
     tick(campaign)
     shutil.rmtree(run_dir(campaign, "pr-003"))
     st = collect_status(campaign)
-    assert st["runs"] == 5 and st["outcomes"]["verified"] == 1
+    assert st.runs == 5 and st.outcomes["verified"] == 1
     report = tick(campaign)
     assert report["runs_read"] == 2 and report["runs_indexed"] == 3
     assert "pr-003" not in load_index(campaign).entries

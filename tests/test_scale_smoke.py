@@ -122,7 +122,7 @@ def test_a_corrupt_or_torn_index_is_recovered(campaign):
     path.write_bytes(good[:-7])                                    # torn tail
     assert load_index(campaign).problem == "torn last line"
     st = collect_status(campaign)
-    assert st["counts"]["ended"] == ENDED and st["runs"] == N
+    assert st.counts["ended"] == ENDED and st.runs == N
     report, calls = counted_tick(campaign)
     assert calls["queue"] == 1 and report["counts"] == truth(campaign)
     assert load_index(campaign).problem is None and len(load_index(campaign).entries) == ENDED

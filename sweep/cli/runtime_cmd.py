@@ -30,14 +30,14 @@ def freeze_cmd(campaign: str | None, wheel: str | None, force: bool) -> None:
     d = find_campaign(campaign)
     load_campaign(d)
     st = collect_status(d)
-    busy = st["counts"]["active"] or st["held_leases"]
+    busy = st.counts["active"] or st.held_leases
     if busy and not force:
-        raise SweepError(f"{st['counts']['active']} active runs and {st['held_leases']} held leases: "
+        raise SweepError(f"{st.counts['active']} active runs and {st.held_leases} held leases: "
                          "freezing now would strand them on the old runtime",
                          hint="`sweep drain` and wait for `sweep status` to say drained, or pass --force")
     rt = freeze(d, Path(wheel) if wheel else None)
     click.echo(f"frozen runtime {rt.short} (sweep {rt.version}, python {rt.python})")
-    next_step(f"sweep undrain --campaign {d}" if st["draining"] else f"sweep tick --campaign {d}")
+    next_step(f"sweep undrain --campaign {d}" if st.draining else f"sweep tick --campaign {d}")
 
 
 @runtime.command("show")

@@ -33,22 +33,27 @@ def status(campaign: str | None, as_json: bool, watch: bool, interval: float, st
 
     from sweep import textsafe
     from sweep.campaign import find_campaign
-    from sweep.status import collect_status, filter_status, render_status
+    from sweep.status import StatusReport, collect_status, filter_status, render_status
     d = find_campaign(campaign)
     tty = sys.stdout.isatty()
 
-    def snapshot() -> dict:
-        st = collect_status(d, include_queued=show_all or state == "queued")
+    limit = 10**9 if show_all else 20
+    # the human view without filters shows at most `limit` ended runs per outcome: it need not
+    # build a row for each of 90,000 ended runs (the counts are whole either way)
+    capped = not as_json and not show_all and state is None and outcome is None and lane is None
+
+    def snapshot() -> StatusReport:
+        st = collect_status(d, include_queued=show_all or state == "queued",
+                            ended_limit=limit if capped else None)
         st = filter_status(st, state=state, outcome=outcome, lane=lane)
         if show_all:
-            st["show_verified"] = True
+            st.show_verified = True
         return st
 
     if as_json and not watch:
         import orjson
-        click.echo(textsafe.json_text(orjson.dumps(snapshot(), option=orjson.OPT_INDENT_2).decode()))
+        click.echo(textsafe.json_text(orjson.dumps(snapshot().as_json(), option=orjson.OPT_INDENT_2).decode()))
         return
-    limit = 10**9 if show_all else 20
     if watch:
         import shutil
         try:
@@ -56,7 +61,7 @@ def status(campaign: str | None, as_json: bool, watch: bool, interval: float, st
                 st = snapshot()
                 if as_json:
                     import orjson
-                    click.echo(textsafe.json_text(orjson.dumps(st).decode()))
+                    click.echo(textsafe.json_text(orjson.dumps(st.as_json()).decode()))
                 else:
                     width = shutil.get_terminal_size((80, 24)).columns
                     text = render_status(st, limit, progress=tty, width=width)
@@ -74,9 +79,9 @@ def status(campaign: str | None, as_json: bool, watch: bool, interval: float, st
     st = snapshot()
     import shutil
     click.echo(render_status(st, limit, progress=tty, width=shutil.get_terminal_size((80, 24)).columns))
-    if st["drain"] and st["drain"]["drained"]:
+    if st.drain and st.drain["drained"]:
         next_step(f"sweep runtime freeze --campaign {d}, then sweep undrain --campaign {d}")
-    elif st["counts"]["queued"] + st["counts"]["active"] == 0:
+    elif st.counts["queued"] + st.counts["active"] == 0:
         next_step(f"sweep export DATASET_DIR --campaign {d}   (the verified tasks as a Harbor dataset), "
                   f"or sweep report --campaign {d}")
     else:

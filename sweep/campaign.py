@@ -146,7 +146,8 @@ class InitResult:
 
 def check_local_sources(frozen: list[FrozenCandidate], plan_path: Path) -> None:
     """Every local repository exists and is a git repository, and every base/head names a commit
-    in it: one `git cat-file --batch-check` per repository, whatever the number of candidates.
+    in it: one `git cat-file --batch-check` per repository, whatever the number of candidates, each
+    distinct ref asked once (100,000 candidates on one base: 100,001 lookups, not 200,000).
     A missing one is an error naming the candidate's field and the ref, before any run exists
     (otherwise each run would burn a job to end intake_failed)."""
     import subprocess
@@ -164,7 +165,8 @@ def check_local_sources(frozen: list[FrozenCandidate], plan_path: Path) -> None:
         path = Path(repo)
         if not path.is_dir():
             raise ConfigError(f"repository {repo} does not exist", path=plan_path, field=f"candidates.{i}.repo")
-        query = "".join(f"{ref}^{{commit}}\n" for _, _, ref in refs).encode()
+        distinct = list(dict.fromkeys(ref for _, _, ref in refs))    # a shared base is asked once
+        query = "".join(f"{ref}^{{commit}}\n" for ref in distinct).encode()
         try:
             r = subprocess.run(["git", "-C", repo, "cat-file", "--batch-check"], input=query,
                                capture_output=True, timeout=120, env=git_env())
@@ -175,8 +177,9 @@ def check_local_sources(frozen: list[FrozenCandidate], plan_path: Path) -> None:
             raise ConfigError(f"{repo} is not a git repository: "
                               f"{r.stderr.decode(errors='replace').strip()[:200]}", path=plan_path,
                               field=f"candidates.{i}.repo")
-        answers = r.stdout.decode(errors="replace").splitlines()
-        for (idx, which, ref), answer in zip(refs, answers, strict=False):
+        answers = dict(zip(distinct, r.stdout.decode(errors="replace").splitlines(), strict=False))
+        for idx, which, ref in refs:
+            answer = answers.get(ref, "")
             if answer.endswith(" missing") or " commit " not in f" {answer} ":
                 raise ConfigError(f"{which} {ref!r} is not a commit in {repo}", path=plan_path,
                                   field=f"candidates.{idx}.{which}")
@@ -348,7 +351,6 @@ def _write_new_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate
             continue
         if not umask_ok:
             os.chmod(rdir, DIR_MODE)
-        os.mkdir(f"{rdir}/logs", DIR_MODE)
         _create(f"{rdir}/{CANDIDATE_FILE}", dump_model(fc))
         record = _initial_record(plan, fc, reservation)
         record.check_invariants()

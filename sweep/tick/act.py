@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runstate.errors import SchedulerError, SubmissionUncertain, SweepError
-from runstate.files import read_model, write_model_atomic
+from runstate.files import make_private_dir, read_model, write_model_atomic
 from runstate.lease import (LeaseLost, acquire_lease, hand_over_lease, reap_lease, release_lease,
                             tidy_lease_strays)
 from runstate.models import (EndReason, TickAction, Event, GhostsFile, LaneBackoff, LaneBackoffFile, RunRecord, RunState)
-from runstate.paths import RunPaths
+from runstate.paths import LOGS_DIR, RunPaths
 from runstate.runs import append_event, load_record, run_dir, save_record
 from sweep.campaign import Campaign
 from sweep.tick.plan import (Adopt, Admit, CancelGhost, EndRun, GiveUpSubmission, Interrupt, NoteGhosts,
@@ -251,6 +251,9 @@ class Actor:
             self.done.append({"kind": "skipped", "run_id": a.run_id,
                               "detail": tidied or "a lease operation is in flight"})
             return
+        # logs/ is made at the run's first submission, not by init; before the lease, so that a
+        # failure here (an OSError: the action is reported, the tick goes on) leaves nothing behind
+        make_private_dir(rdir / LOGS_DIR)
         token = secrets.token_hex(6)
         if acquire_lease(rdir, run_id=a.run_id, token=token, holder="tick") is None:
             self.done.append({"kind": "skipped", "run_id": a.run_id, "detail": "lease already held"})

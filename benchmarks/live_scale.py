@@ -157,7 +157,7 @@ def counted_tick_and_status(cdir: Path) -> dict:
         schedmod.make_scheduler = original
     return {"tick_calls": dict(proxy.calls), "tick_runs_read": report["runs_read"],
             "tick_runs_indexed": report["runs_indexed"], "status_scheduler_made": made["make_scheduler"],
-            "status_runs": st["runs"], "status_counts": st["counts"]}
+            "status_runs": st.runs, "status_counts": st.counts}
 
 
 def build_signac(workdir: Path, n: int, n_ended: int) -> Path:

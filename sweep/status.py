@@ -291,9 +291,12 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
                               "canary": True})
     provider_cooldowns: list[ProviderCooldownRow] = []
     for provider, pstamp in sorted(read_provider_stamps(campaign_dir).items()):
-        provider_cooldowns.append({"provider": provider, "kind": pstamp.kind, "detail": pstamp.detail,
-                                   "left_s": max(0.0, pstamp.until - now) if pstamp.is_active(now) else 0.0,
-                                   **({} if pstamp.is_active(now) else {"canary": True})})
+        live = pstamp.is_active(now)
+        row: ProviderCooldownRow = {"provider": provider, "kind": pstamp.kind, "detail": pstamp.detail,
+                                    "left_s": max(0.0, pstamp.until - now) if live else 0.0}
+        if not live:
+            row["canary"] = True
+        provider_cooldowns.append(row)
     from sweep.tick.act import read_lane_backoff
     lanes: list[LaneRow] = [{"lane": lane, "failures": b.failures, "until": b.until,
                              "left_s": max(0.0, b.until - now), "message": b.message}

@@ -67,3 +67,23 @@ def test_report_reads_the_checkpoints_through_their_model(tmp_path):
     write_report(ctx, bad, "ended")
     text = ctx.paths.report.read_text()
     assert "ended" in text and "author.revision" in text and str(ctx.paths.state) in text
+
+
+def test_a_provider_park_stamps_the_providers_cooldown_not_the_roles(tmp_path):
+    from runstate.markers import read_provider_stamps
+    from sweep.controller.context import provider_park
+    from sweep.controller.pipeline import _park
+    ctx = _ctx(tmp_path)
+    assert provider_park("solver", "daytona", error_class="failure", detail="400") is None
+    assert provider_park("solver", "daytona", error_class="config", detail="401") is None
+    park = provider_park("solver", "daytona", error_class="outage", detail="HTTP 503")
+    assert park is not None and park.provider == "daytona"
+    assert _park(ctx, park) == 0
+    stamps = read_provider_stamps(ctx.campaign.dir)
+    assert stamps["daytona"].kind == "outage" and stamps["daytona"].stamped_by == "job:77"
+    assert not outage_path(ctx.campaign.dir, "solver").exists()          # no run on local waits
+    rec = load_record(ctx.paths.dir).value
+    assert rec.state is RunState.queued and rec.parked_until == stamps["daytona"].until
+    assert "outage in provider daytona" in (rec.last_error or "")
+    stalled = provider_park("reviewer", "modal", stalled_s=600)
+    assert stalled is not None and stalled.kind == "outage" and "stalled" in stalled.detail

@@ -60,6 +60,22 @@ class Park(Exception):
     kind: str
     detail: str
     also: tuple[str, ...] = ()      # more roles to stamp (a config failure stops the whole key family)
+    provider: str | None = None     # a remote provider's outage/throttle/stall: ITS cooldown is stamped
+                                    # (provider-outage-<name>.json), not the role's: only runs on it wait
+
+
+def provider_park(role: str, provider: str, *, error_class: str | None = None, detail: str = "",
+                  stalled_s: float | None = None) -> Park | None:
+    """The park for a remote provider's trouble during `role` (a session, gates, trials), or None
+    when it is not the provider's fault: an `outage` or `throttle` (SandboxError.error_class)
+    parks the run under that provider's cooldown, and so does an exec stopped as `stalled` (no
+    output for `stalled_s`); `config` and `failure` are not parks."""
+    if stalled_s is not None:
+        return Park(role, "outage", f"{provider}: no output for {stalled_s:.0f} s (stalled) {detail}".strip(),
+                    provider=provider)
+    if error_class in ("outage", "throttle"):
+        return Park(role, error_class, f"{provider}: {detail}", provider=provider)
+    return None
 
 
 @dataclass

@@ -11,8 +11,8 @@ import orjson
 
 from runstate.errors import SweepError
 from runstate.lease import LeaseLost, hand_over_lease, heartbeat_lease, read_lease, release_lease
-from runstate.markers import is_draining, stamp_outage
-from runstate.models import EndReason, Outcome, Phase, RunRecord, RunState, truncate, validate_run_id
+from runstate.markers import is_draining, stamp_outage, stamp_provider
+from runstate.models import Cooldown, EndReason, Outcome, Phase, RunRecord, RunState, truncate, validate_run_id
 from runstate.runs import load_record
 from sweep import proc
 from sweep.campaign import Campaign, load_candidate
@@ -213,7 +213,11 @@ def _end(ctx: Ctx, end: Ending) -> int:
 
 def _park(ctx: Ctx, park: Park) -> int:
     park.detail = Redactor().scrub(park.detail)     # the outage stamp is read by every tick and status
-    stamp = stamp_outage(ctx.campaign.dir, park.role, park.kind, park.detail, stamped_by=f"job:{ctx.job_id}")
+    if park.provider is not None:                   # the provider's cooldown: only runs on it wait
+        stamp: Cooldown = stamp_provider(ctx.campaign.dir, park.provider, park.kind, park.detail,
+                                         stamped_by=f"job:{ctx.job_id}")
+    else:
+        stamp = stamp_outage(ctx.campaign.dir, park.role, park.kind, park.detail, stamped_by=f"job:{ctx.job_id}")
     for other in park.also:
         if other != park.role:
             stamp_outage(ctx.campaign.dir, other, park.kind, f"(via {park.role}) {park.detail}",
@@ -228,10 +232,12 @@ def _park(ctx: Ctx, park: Park) -> int:
     if count >= limit:
         return _fail(ctx, f"parked {count} times for role {park.role} (parks_per_attempt = {limit}); "
                           f"counted as an attempt: {park.kind}: {park.detail}")
+    where = f"provider {park.provider}" if park.provider else f"role {park.role}"
+    # parked_role stays the role it happened in (a provider park is held by the provider's stamp)
     ctx.save(state=RunState.queued, parked_until=stamp.until, parked_role=park.role, canary_for=None,
-             last_error=truncate(f"{park.kind} in role {park.role}: {park.detail}", 500))
+             last_error=truncate(f"{park.kind} in {where}: {park.detail}", 500))
     ctx.event("parked", from_state="active", to_state="queued", phase=ctx.record.phase.value,
-              detail=f"{park.kind} in {park.role}; cooldown until {stamp.until:.0f}: {park.detail}")
+              detail=f"{park.kind} in {where}; cooldown until {stamp.until:.0f}: {park.detail}")
     _release(ctx)
     ctx.say(f"parked: {park.kind} in role {park.role}; not counted as an attempt")
     return ExitCode.ok

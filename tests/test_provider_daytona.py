@@ -50,8 +50,9 @@ def test_whole_flow_create_upload_exec_download_list_terminate(fake, provider, t
     assert create["name"] == h.name
     assert {k: create["labels"][k] for k in t} == t
     assert create["autoDeleteInterval"] == 0 and create["autoStopInterval"] == 10 and create["ttlMinutes"] == 30
-    assert create["cpu"] == 2 and create["memory"] == 4
-    assert "RUN pip install pytest" in fake.builds[h.sandbox_id]
+    snap = next(body for m, p, body in fake.requests if m == "POST" and p == "/api/snapshots")
+    assert snap["cpu"] == 2 and snap["memory"] == 4 and create["snapshot"] == snap["name"]
+    assert "RUN pip install pytest" in snap["buildInfo"]["dockerfileContent"]
 
     ws = tmp_path / "ws"
     (ws / "pkg").mkdir(parents=True)

@@ -60,6 +60,8 @@ class SandboxSpec:
     timeout_s: int = 3600                 # provider-side hard cap from creation (always set)
     idle_timeout_s: int | None = 900      # provider-side stop when idle (always set by remote providers)
     env: dict[str, str] = field(default_factory=dict)   # non-secret only
+    agent_cli: str | None = None          # a runtime whose CLI the image installs (sweep/providers/image.py)
+    network_block_all: bool = False       # no network at all inside (trials; sessions with network "none")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class SandboxHandle:
     sandbox_id: str
     name: str
     tags: dict[str, str]
+    image: str = ""                       # the image's identity (content hash) or registry reference
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,14 @@ sandbox's `toolboxProxyUrl` points back here). A "sandbox" is a private director
 `process/execute` runs the command with bash in it. It is a FAKE: no container, no isolation, no
 image build (the Dockerfile content is recorded, not built).
 
+Images: `POST /api/snapshots` records a snapshot build (`snapshot_builds`, the Dockerfile text of
+each) and answers it active at once; a sandbox created from a snapshot records which one
+(`sandbox_images`). With `container=True` every command runs under bubblewrap in a root of its
+own standing for the container: the host's /usr, /etc (read-only) as the image's toolchain, and
+the sandbox's directory tree at `/` for everything else (`/sweep/...` is `<sandbox dir>/sweep/...`),
+so absolute paths mean what they would in the container, the host's files are out of reach, and
+a sandbox created with `networkBlockAll` has no network.
+
 Faults are scripted per request: `fail(status, times, path_contains)` answers the next matching
 requests with that HTTP status (429, 503, 401, ...). A wrong bearer token is always a 401.
 """
@@ -27,8 +35,13 @@ from urllib.parse import parse_qs, urlparse
 
 
 class FakeDaytona:
-    def __init__(self, api_key: str = "fake-daytona-key") -> None:
+    def __init__(self, api_key: str = "fake-daytona-key", *, container: bool = False) -> None:
         self.api_key = api_key
+        self.container = container
+        self.snapshots: dict[str, dict] = {}                # name -> snapshot dto
+        self.snapshot_builds: list[str] = []                 # Dockerfile text of every snapshot built
+        self.sandbox_images: dict[str, str | None] = {}     # sandbox id -> snapshot it was created from
+        self.execs: list[tuple[str, str, str]] = []          # (sandbox id, cwd, command) as received
         self.sandboxes: dict[str, dict] = {}
         self.roots: dict[str, Path] = {}
         self.builds: dict[str, str | None] = {}             # sandbox id -> Dockerfile content it was created from
@@ -80,15 +93,44 @@ class FakeDaytona:
             "toolboxProxyUrl": f"http://127.0.0.1:{self.port}/toolbox",
         }
 
+    def _create_snapshot(self, body: dict) -> dict:
+        with self.lock:
+            name = body.get("name") or ""
+            if name in self.snapshots:
+                raise _Http(409, f"snapshot {name} already exists")
+            build = body.get("buildInfo") or {}
+            now = "2026-01-01T00:00:00Z"
+            dto = {"id": uuid.uuid4().hex, "organizationId": "org-fake", "general": False, "name": name,
+                   "imageName": body.get("imageName"), "state": "active", "size": 1, "entrypoint": None,
+                   "cpu": body.get("cpu") or 1, "gpu": body.get("gpu") or 0, "mem": body.get("memory") or 1,
+                   "disk": body.get("disk") or 3, "errorReason": None, "createdAt": now, "updatedAt": now,
+                   "lastUsedAt": None, "sourceSandboxId": None,
+                   "buildInfo": {"dockerfileContent": build.get("dockerfileContent") or "",
+                                 "contextHashes": build.get("contextHashes") or [], "createdAt": now,
+                                 "updatedAt": now, "snapshotRef": name}}
+            self.snapshots[name] = dto
+            self.snapshot_builds.append(build.get("dockerfileContent") or body.get("imageName") or "")
+            return dto
+
+    def _get_snapshot(self, id_or_name: str) -> dict:
+        with self.lock:
+            for s in self.snapshots.values():
+                if s["id"] == id_or_name or s["name"] == id_or_name:
+                    return s
+        raise _Http(404, f"snapshot {id_or_name} not found")
+
     def _create(self, body: dict) -> dict:
         with self.lock:
             name = body.get("name")
             if name and any(s["name"] == name for s in self.sandboxes.values()):
                 raise _Http(409, "sandbox with this name already exists")
+            if body.get("snapshot") and body["snapshot"] not in self.snapshots:
+                raise _Http(400, f"snapshot {body['snapshot']} not found")
             sid = uuid.uuid4().hex[:16]
             dto = self._dto(sid, body)
             self.sandboxes[sid] = dto
             self.builds[sid] = (body.get("buildInfo") or {}).get("dockerfileContent")
+            self.sandbox_images[sid] = body.get("snapshot")
             root = self.base / sid
             root.mkdir()
             self.roots[sid] = root
@@ -168,6 +210,11 @@ class FakeDaytona:
 
     def _route(self, method: str, path: str, query: dict, jbody: dict | None, body: bytes, ctype: str):
         parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["api", "snapshots"]:
+            if method == "POST" and len(parts) == 2:
+                return 200, self._create_snapshot(jbody or {}), None, "application/json"
+            if method == "GET" and len(parts) == 3:
+                return 200, self._get_snapshot(parts[2]), None, "application/json"
         if parts[:2] == ["api", "sandbox"]:
             if method == "POST" and len(parts) == 2:
                 return 200, self._create(jbody or {}), None, "application/json"
@@ -239,7 +286,13 @@ class FakeDaytona:
                 # under the sandbox's directory, through a `cd` function the command's shells inherit
                 mapped = ('cd() { if [[ "$1" == /* ]]; then builtin cd "$SANDBOX_ROOT$1"; else builtin cd "$@"; fi; }; '
                           f"export -f cd; {req['command']}")
-                proc = subprocess.Popen(["bash", "-c", mapped], cwd=self.roots[sid], env=env,
+                argv = ["bash", "-c", mapped]
+                if self.container:       # the command's own `cd /abs` is right inside the container root
+                    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+                    argv = self.container_argv(sid, req["command"], "/")
+                with self.lock:
+                    self.execs.append((sid, "/", req["command"]))
+                proc = subprocess.Popen(argv, cwd=self.roots[sid], env=env,
                                         stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
                                         start_new_session=True)
             cmds[cmd_id] = {"proc": proc, "log": log, "command": req["command"]}
@@ -258,14 +311,39 @@ class FakeDaytona:
                 "application/json"
         raise _Http(404, f"the fake does not serve {method} session {'/'.join(rest)}")
 
+    def container_argv(self, sid: str, command: str, cwd: str) -> list[str]:
+        """bwrap argv running `command` in the sandbox's own root (see the module docstring)."""
+        root = self.roots[sid]
+        argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--ro-bind", "/usr", "/usr",
+                "--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        if not self.sandboxes[sid].get("networkBlockAll"):
+            argv.append("--share-net")
+        for name in ("bin", "lib", "lib64", "sbin"):
+            host = Path("/") / name
+            if host.is_symlink():
+                argv += ["--symlink", os.readlink(host), f"/{name}"]
+            elif host.is_dir():
+                argv += ["--ro-bind", str(host), f"/{name}"]
+        system = {"usr", "etc", "proc", "dev", "tmp", "bin", "lib", "lib64", "sbin"}
+        for entry in sorted(root.iterdir()):
+            if entry.is_dir() and not entry.is_symlink() and entry.name not in system:
+                argv += ["--bind", str(entry), f"/{entry.name}"]
+        return argv + ["--chdir", cwd or "/", "--setenv", "HOME", "/tmp", "bash", "-c", command]
+
     def _execute(self, sid: str, req: dict) -> dict:
         cwd = self._path(sid, req.get("cwd") or "/")
         cwd.mkdir(parents=True, exist_ok=True)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.roots[sid]),
                "SANDBOX_ROOT": str(self.roots[sid])}
         env.update(req.get("envs") or req.get("env") or {})
+        with self.lock:
+            self.execs.append((sid, req.get("cwd") or "/", req["command"]))
+        argv = ["bash", "-c", req["command"]]
+        if self.container:
+            env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+            argv = self.container_argv(sid, req["command"], req.get("cwd") or "/")
         try:
-            p = subprocess.run(["bash", "-c", req["command"]], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+            p = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=req.get("timeout") or None)
             return {"exitCode": p.returncode, "result": p.stdout.decode("utf-8", "replace")}
         except subprocess.TimeoutExpired as e:

@@ -22,6 +22,7 @@ lazy registry in sweep/providers/__init__.py), so `sweep status` never imports i
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import os
@@ -33,11 +34,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import daytona
-from daytona import (CreateSandboxFromImageParams, Daytona, DaytonaConfig, DaytonaError, Image,
-                     ListSandboxesQuery, Resources, SessionExecuteRequest)
+from daytona import (CreateSandboxFromImageParams, CreateSandboxFromSnapshotParams, CreateSnapshotParams, Daytona,
+                     DaytonaConfig, DaytonaError, Image, ListSandboxesQuery, Resources, SessionExecuteRequest)
 
 from sweep.providers.base import (GpuRequest, SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo,
                                   SandboxSpec, TerminateOutcome, check_tags)
+from sweep.providers.image import image_spec
 from sweep.providers.remote import ClassifiedCalls, key_location, read_key
 
 TAIL_BYTES = 16_384
@@ -104,21 +106,50 @@ class DaytonaProvider(ClassifiedCalls):
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    def _image(self, spec: SandboxSpec) -> Any:
-        if spec.dockerfile is not None:
-            return Image.from_dockerfile(str(spec.dockerfile))
-        return spec.image or "python:3.12-slim"
+    def _snapshot(self, spec: SandboxSpec, dockerfile: Path, resources: Any) -> str:
+        """The snapshot built from the task's Dockerfile, named by its content hash: reused when it
+        exists (a second run with the same environment builds nothing), built once otherwise."""
+        img = image_spec(dockerfile.parent, agent_cli=spec.agent_cli)
+        # a Daytona snapshot carries the sandbox's resources too: one snapshot per image and size
+        size = f"c{resources.cpu}m{resources.memory}d{resources.disk or 0}g{resources.gpu or 0}{spec.gpu and spec.gpu.type or ''}"
+        name = f"{img.name}-{hashlib.sha256(size.encode()).hexdigest()[:8]}"
+        try:
+            found = self.client.snapshot.get(name)
+            state = str(getattr(found.state, "value", found.state) or "").lower()
+            if state == "active":
+                return name
+            if state in ("error", "build_failed"):
+                raise SandboxError(f"daytona: the image {name} failed to build earlier "
+                                   f"({getattr(found, 'error_reason', '') or state})", error_class="failure")
+        except DaytonaError as exc:
+            if not (_status(exc) == 404 or isinstance(exc, getattr(daytona, "DaytonaNotFoundError", ()))):
+                raise self._error("look up the image", exc) from None
+        image = Image().dockerfile_commands(img.dockerfile.splitlines(), context_dir=str(img.context_dir),
+                                            strict_context=True)
+        try:
+            self.client.snapshot.create(CreateSnapshotParams(name=name, image=image, resources=resources),
+                                        timeout=self.create_timeout_s)
+        except DaytonaError as exc:
+            if _status(exc) != 409:          # built meanwhile by another controller: use it
+                raise self._error(f"building the image {name} failed", exc) from None
+        return name
 
     def create(self, spec: SandboxSpec) -> SandboxHandle:
         check_tags(spec.tags)
         resources = Resources(cpu=max(1, math.ceil(spec.cpu)), memory=max(1, math.ceil(spec.memory_mb / 1024)),
                               disk=spec.disk_gb, gpu=spec.gpu.count if spec.gpu else None,
                               gpu_type=_gpu_type(spec.gpu))
-        params = CreateSandboxFromImageParams(
-            image=self._image(spec), name=spec.name, labels=dict(spec.tags), env_vars=dict(spec.env),
-            resources=resources,
+        common: dict[str, Any] = dict(
+            name=spec.name, labels=dict(spec.tags), env_vars=dict(spec.env), network_block_all=spec.network_block_all,
             auto_stop_interval=max(1, math.ceil((spec.idle_timeout_s or spec.timeout_s) / 60)),
             auto_delete_interval=0, ttl_minutes=max(1, math.ceil(spec.timeout_s / 60)))
+        params: Any
+        if spec.dockerfile is not None:
+            image = self._snapshot(spec, spec.dockerfile, resources)
+            params = CreateSandboxFromSnapshotParams(snapshot=image, **common)
+        else:
+            image = spec.image or "python:3.12-slim"
+            params = CreateSandboxFromImageParams(image=image, resources=resources, **common)
         try:
             sb = self.client.create(params, timeout=self.create_timeout_s)
         except DaytonaError as exc:
@@ -135,7 +166,7 @@ class DaytonaProvider(ClassifiedCalls):
                     except DaytonaError:
                         pass         # reconcile finds it by its tags
                 raise self._error("create failed", exc) from None
-        return SandboxHandle(provider=self.name, sandbox_id=sb.id, name=sb.name, tags=dict(spec.tags))
+        return SandboxHandle(provider=self.name, sandbox_id=sb.id, name=sb.name, tags=dict(spec.tags), image=image)
 
     def _sandbox(self, handle: SandboxHandle) -> Any:
         return self._call("find the sandbox", self.client.get, handle.sandbox_id)

@@ -167,3 +167,48 @@ def test_create_with_receipt_stamps_the_provider_on_an_outage(fake, tmp_path):
     fake.faults.clear()
     create_with_receipt(p, SandboxSpec(name=sandbox_name(t), tags=t), rdir, options=p.receipt_options)
     assert "daytona" in read_provider_stamps(camp)      # a success DURING the cooldown clears nothing
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from tests.test_tick_plan import NOW as PLAN_NOW, snapshots  # noqa: E402
+
+PROVIDERS = ("local", "daytona", "modal")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots(), st.data())
+def test_provider_cooldowns_over_random_snapshots(case, data):
+    """Over random snapshots (tests/test_tick_plan.py's) with each run on a random provider and
+    random provider stamps: never an admission on a provider cooling down; after its cooldown, at
+    most one run on it per tick and none while its canary runs; other providers unaffected by it."""
+    import dataclasses
+    snap, cfg = case
+    runs = {}
+    for rid, v in snap.runs.items():
+        runs[rid] = RunView(v.record.model_copy(update={"provider": data.draw(st.sampled_from(PROVIDERS))}),
+                            v.lease, v.committed_usd)
+    pstamps = {}
+    for p in ("daytona", "modal"):
+        c = data.draw(st.sampled_from(["none", "active", "passed"]))
+        if c != "none":
+            pstamps[p] = ProviderStamp(provider=p, kind="outage", cooldown_s=2700,
+                                       stamped_at=PLAN_NOW - (60 if c == "active" else 3000))
+    # admission must be possible for the property to say anything: known queue, not draining
+    snap = dataclasses.replace(snap, runs=runs, provider_stamps=pstamps, queue_known=True, draining=False)
+    actions = plan_tick(snap, cfg)
+    admitted: dict[str, int] = {}
+    for a in (a for a in actions if isinstance(a, Admit)):
+        p = runs[a.run_id].record.provider
+        stamp = pstamps.get(p)
+        assert not (stamp and stamp.is_active(PLAN_NOW)), f"{a.run_id} admitted while {p} cools down"
+        if stamp is not None:
+            admitted[p] = admitted.get(p, 0) + 1
+            assert not any(v.record.state.value == "active" and v.record.canary_for == f"provider:{p}"
+                           and v.record.job_id in snap.queue for v in runs.values())
+    assert all(n <= 1 for n in admitted.values()), admitted
+    reasons = _why(actions)
+    for rid, why in reasons.items():
+        if why.startswith("provider "):
+            p = why.split()[1]
+            assert runs[rid].record.provider == p and p in pstamps

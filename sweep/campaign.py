@@ -122,12 +122,14 @@ def resolve_candidates(plan: Plan, plan_path: Path) -> list[FrozenCandidate]:
 
 def check_capabilities(options, plan_path: Path, where: str) -> None:
     """Fail at `init`, before any paid work, for a provider or runtime this sweep cannot run."""
-    from sweep.providers import PROVIDERS
+    from sweep.providers import PROVIDERS, SANDBOX_PROVIDERS
     from sweep.runtimes import RUNTIMES
-    if options.provider not in PROVIDERS:
+    # a remote provider (trials and solver in the task's image) is named in SANDBOX_PROVIDERS;
+    # whether its SDK is installed is checked by the registry when it is first used
+    if options.provider not in PROVIDERS and options.provider not in SANDBOX_PROVIDERS:
         raise ConfigError(f"provider {options.provider!r} is not available in this sweep "
-                          f"(available: {', '.join(sorted(PROVIDERS))})", path=plan_path,
-                          field=f"{where}.provider")
+                          f"(available: {', '.join(sorted(set(PROVIDERS) | set(SANDBOX_PROVIDERS)))})",
+                          path=plan_path, field=f"{where}.provider")
     for role in PIPELINE_ROLES:
         name = getattr(options.runtimes, role)
         if name not in RUNTIMES:

@@ -22,7 +22,7 @@ from runstate.models import EndReason, Outcome, Phase
 from sweep.models.evidence import (Checkpoints, GatesEvidence, ReviewEvidence, ReviewVerdict, SolveEvidence,
                                    SourceEvidence, read_evidence)
 from sweep.controller.context import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, fresh_dir,
-                                      write_json)
+                                      provider_park, write_json)
 from sweep.execution import Limits, Provider
 from sweep.tree import copy_tree
 
@@ -47,13 +47,55 @@ def _provider(ctx: Ctx) -> Provider:
     from sweep.providers import get_provider
     if ctx.provider_cache is None:
         try:
-            ctx.provider_cache = get_provider(_options(ctx).provider,
-                                              isolation=ctx.campaign.settings.isolation)
+            # author and reviewer sessions (and oracle solvers) run on this host whatever the plan's
+            # provider: the task image they would need is what the author is still writing
+            ctx.provider_cache = get_provider("local", isolation=ctx.campaign.settings.isolation)
         except (ConfigError, ProviderError) as exc:
             # nothing may run unsandboxed by accident: the run parks with the reason, every role
             raise Park(_PHASE_ROLE.get(ctx.record.phase, "author"), "outage", f"configuration error: {exc}",
                        also=tuple(_PHASE_ROLE.values())) from None
     return ctx.provider_cache
+
+
+def _trial_provider(ctx: Ctx, role: str, *, agent_cli: str | None = None) -> Provider:
+    """Where the task's own commands run: the local provider (environment_fidelity "host"), or,
+    when the candidate's provider is remote, a sandbox from the task's image per command
+    (sweep/providers/container.py, environment_fidelity "container")."""
+    name = _options(ctx).provider
+    if name == "local":
+        return _provider(ctx)
+    from sweep.providers import get_sandbox_provider
+    from sweep.providers.base import SandboxError
+    from sweep.providers.container import ContainerRunner
+    try:
+        sandboxes = get_sandbox_provider(name, **dict(ctx.campaign.settings.providers.get(name, {})))
+        return ContainerRunner(sandboxes, environment_dir=ctx.paths.task / "environment", run_dir=ctx.paths.dir,
+                               campaign_id=ctx.campaign.file.campaign_id, run_id=ctx.run_id, job_id=ctx.job_id,
+                               role=role, attempt=ctx.record.attempts + 1, agent_cli=agent_cli)
+    except SandboxError as exc:
+        raise _provider_trouble(ctx, role, name, exc) from None
+    except ConfigError as exc:
+        raise Park(role if role in _PHASE_ROLE.values() else "author", "outage",
+                   f"configuration error: provider {name}: {exc}", provider=name) from None
+
+
+def _provider_trouble(ctx: Ctx, role: str, provider: str, exc: Exception) -> Exception:
+    """A remote provider's error during `role`, classified: outage/throttle park the run under the
+    provider's cooldown, config parks it with the reason, failure fails the attempt."""
+    cls = getattr(exc, "error_class", "failure")
+    park = provider_park(role if role in _PHASE_ROLE.values() else "solver", provider, error_class=cls,
+                         detail=str(exc)[:300])
+    if park is not None:
+        return park
+    if cls == "config":
+        return Park(role if role in _PHASE_ROLE.values() else "author", "outage",
+                    f"configuration error: {provider}: {str(exc)[:300]}", provider=provider)
+    return AttemptFailed(f"{provider} during {role}: {str(exc)[:300]}")
+
+
+def _image_identity(provider: Provider) -> str | None:
+    image = getattr(provider, "image", None)
+    return getattr(image, "identity", None)
 
 
 def _limits(ctx: Ctx) -> Limits:
@@ -376,8 +418,9 @@ def gates(ctx: Ctx):
     repeats = _options(ctx).quality.gate_repeats
     problems = validate_bundle(bundle)
     results: dict = {"valid": {"ok": not problems, "detail": "; ".join(problems[:5])}}
+    provider = _provider(ctx)
     if not problems:
-        provider = _provider(ctx)
+        provider = _trial_provider(ctx, "gates")
         from sweep.harbor import junit
         rewards: dict[str, list[float | None]] = {"reference": [], "empty": []}    # None: no reward
         details: dict[str, list[str]] = {"reference": [], "empty": []}
@@ -385,8 +428,11 @@ def gates(ctx: Ctx):
         for i in range(repeats):
             for kind in ("reference", "empty"):
                 work = fresh_dir(ctx.paths.work / f"gates-r{revision:04d}-{kind}-{i}")
-                trial = run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
-                                  env={"PYTHONHASHSEED": str(gate_hash_seed(i))}, limits=_limits(ctx))
+                try:
+                    trial = run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
+                                      env={"PYTHONHASHSEED": str(gate_hash_seed(i))}, limits=_limits(ctx))
+                except ProviderError as exc:       # the remote provider's trouble, never the task's verdict
+                    raise _provider_trouble(ctx, "gates", provider.name, exc) from None
                 rewards[kind].append(trial.reward)
                 details[kind].append(trial.detail)
                 try:
@@ -406,8 +452,9 @@ def gates(ctx: Ctx):
     passed = all(r["ok"] for r in results.values())
     evidence = GatesEvidence(bundle_sha256=sha, revision=revision, repeats=repeats, passed=passed, gates=results,
                              hash_seeds=[gate_hash_seed(i) for i in range(repeats)],
-                             environment_fidelity="host", at=time.time(),
-                             isolation=_provider(ctx).isolation if not problems else None)
+                             environment_fidelity=provider.environment_fidelity if not problems else "host",
+                             image=_image_identity(provider) if not problems else None, at=time.time(),
+                             isolation=provider.isolation if not problems else None)
     write_json(ctx.evidence_path("gates", revision), evidence.to_json())
     if not passed:
         failed = [f"gate {name}: {r.get('detail') or r.get('rewards')}" for name, r in results.items() if not r["ok"]]
@@ -480,10 +527,15 @@ def solve(ctx: Ctx):
                             "detail": (result.reason or result.evidence)[:200]})
             continue
         trial_dir = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}-trial")
-        trial = run_trial(bundle, workspace / "repo", provider=_provider(ctx), workdir=trial_dir,
-                          timeout_s=TRIAL_TIMEOUT_S, limits=_limits(ctx))
+        runner = _trial_provider(ctx, "solver")
+        try:
+            trial = run_trial(bundle, workspace / "repo", provider=runner, workdir=trial_dir,
+                              timeout_s=TRIAL_TIMEOUT_S, limits=_limits(ctx))
+        except ProviderError as exc:
+            raise _provider_trouble(ctx, "solver", runner.name, exc) from None
         shutil.rmtree(trial_dir, ignore_errors=True)
-        rewards.append({"rollout": k, "reward": trial.reward, "session": "ok", "detail": trial.detail[:200]})
+        rewards.append({"rollout": k, "reward": trial.reward, "session": "ok", "detail": trial.detail[:200],
+                        "environment_fidelity": trial.environment_fidelity})
     evidence = SolveEvidence.model_validate({"bundle_sha256": sha, "runtime": opts.runtimes.solver,
                                              "rollouts": rewards, "at": time.time()})
     write_json(ctx.evidence_path("solve", revision), evidence.to_json())

@@ -71,8 +71,9 @@ class GatesEvidence(Evidence):
     passed: bool
     gates: dict[str, GateResult] = Field(default_factory=dict)
     hash_seeds: list[int] = Field(default_factory=list)
-    environment_fidelity: str = "host"
-    isolation: str | None = None      # what enforced the trials' sandbox: "bwrap" | "none"
+    environment_fidelity: str = "host"      # "container": the trials ran in the task's image (remote)
+    image: str | None = None          # that image's identity (sha256 of Dockerfile + context), container only
+    isolation: str | None = None      # what enforced the trials' sandbox: "bwrap" | "none" | "container"
     at: float = 0.0
 
     def failed(self) -> list[str]:
@@ -102,6 +103,7 @@ class Rollout(Evidence):
     reward: float | None = None
     session: str = "ok"
     detail: str = ""
+    environment_fidelity: str | None = None     # where the rollout's trial ran: "host" | "container"
 
 
 class SolveEvidence(Evidence):

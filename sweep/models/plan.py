@@ -273,6 +273,10 @@ class PlanSettings(Strict):
     # "none": knowingly unsandboxed, written on every session, in report.md and in `sweep status`.
     isolation: Literal["bwrap", "none"] = "bwrap"
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    # How to reach each remote provider a candidate's `provider` may name: the provider's own
+    # options (docs/providers.md), e.g. [providers.daytona] api_url, api_key_file (a key is named by
+    # its file or variable, never written here).
+    providers: dict[Literal["daytona", "modal"], dict[str, str]] = Field(default_factory=dict)
 
     @field_validator("isolation", mode="before")
     @classmethod

@@ -1,0 +1,88 @@
+"""Gates and trials in the task's image on a remote provider (daytona: the real SDK over HTTP to
+tests/fakes/daytona_api.py in container mode, where every command really runs, under bubblewrap,
+in a root made of the sandbox's own files and the image's toolchain). A real campaign: init,
+ticks, controller jobs on the local scheduler backend."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("daytona")
+
+from runstate import run_dir  # noqa: E402
+from runstate.models import Outcome  # noqa: E402
+from sweep.harbor.samples import make_pr_repo  # noqa: E402
+from tests.campaigns import sweep, tick_until_done, write_plan  # noqa: E402
+from tests.fakes.daytona_api import FakeDaytona  # noqa: E402
+from tests.fakes.runs import candidate, local_plan, record  # noqa: E402
+
+
+@pytest.fixture
+def fake():
+    f = FakeDaytona(container=True).start()
+    yield f
+    f.stop()
+
+
+def campaign(tmp_path: Path, fake: FakeDaytona, kinds: dict[str, str]) -> Path:
+    key = tmp_path / "daytona.key"
+    key.write_text(fake.api_key + "\n")
+    cands = [candidate(rid, make_pr_repo(tmp_path / "repos", kind, name=rid)) for rid, kind in kinds.items()]
+    plan = local_plan(cands, defaults={"provider": "daytona", "quality": {"max_repairs": 0}},
+                      providers={"daytona": {"api_url": fake.api_url, "api_key_file": str(key)}})
+    d = tmp_path / "camp"
+    sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
+    return d
+
+
+def gates_evidence(d: Path, rid: str) -> dict:
+    return json.loads((run_dir(d, rid) / "evidence" / "gates-r0001.json").read_text())
+
+
+def test_gates_and_solver_trial_run_in_the_container_and_the_run_ends_verified(tmp_path, fake):
+    d = campaign(tmp_path, fake, {"pr-ok": "verified", "pr-bad": "passes_before"})
+    tick_until_done(d, timeout=300)
+
+    ok = record(d, "pr-ok")
+    assert ok.outcome is Outcome.verified, ok
+    ev = gates_evidence(d, "pr-ok")
+    assert ev["passed"] is True and ev["environment_fidelity"] == "container"
+    assert ev["isolation"] == "container" and len(ev["image"]) == 64
+    solve = json.loads((run_dir(d, "pr-ok") / "evidence" / "solve-r0001.json").read_text())
+    assert [r["environment_fidelity"] for r in solve["rollouts"]] == ["container"]
+    assert solve["rollouts"][0]["reward"] == 1.0
+    # the commands really went to the sandboxes, as argv with paths inside the container
+    tests_run = [c for _, _, c in fake.execs if "tests/test.sh" in c]
+    assert tests_run and all("/sweep/run/" in c and str(d) not in c for c in tests_run)
+    # one image for both runs' tasks (same Dockerfile), never a build per trial
+    assert len(fake.snapshot_builds) == 1
+    assert ev["image"][:32] in next(iter(fake.snapshots))
+    # every sandbox was terminated and its receipt settled
+    assert fake.live() == []
+    receipts = list((run_dir(d, "pr-ok") / "sandboxes").glob("*.json"))
+    assert receipts and all(json.loads(p.read_text())["state"] == "terminated" for p in receipts)
+
+    # the negative case: its tests already pass before the fix, in the container too, so the
+    # empty-solution gate fails there and the run ends unverified
+    bad = record(d, "pr-bad")
+    assert bad.outcome is Outcome.generated_unverified and bad.reason == "gates_failed", bad
+    ev = gates_evidence(d, "pr-bad")
+    assert ev["environment_fidelity"] == "container" and ev["gates"]["empty"]["ok"] is False
+    assert ev["gates"]["reference"]["ok"] is True
+
+
+def test_a_provider_outage_during_gates_parks_the_run_under_the_providers_cooldown(tmp_path, fake):
+    from runstate.models import RunState
+    from tests.fakes.runs import wait_until
+    d = campaign(tmp_path, fake, {"pr-ok": "verified"})
+    fake.fail(503, times=1000, path_contains="/api/snapshots")      # the image lookup: Daytona is down
+    sweep("tick", "--campaign", str(d))
+    wait_until("the run to park", lambda: record(d, "pr-ok").state is RunState.queued
+               and record(d, "pr-ok").attempts == 0 and "daytona" in (record(d, "pr-ok").last_error or ""), 120)
+    rec = record(d, "pr-ok")
+    assert rec.outcome is None and "outage" in json.dumps(rec.model_dump(mode="json")).lower()
+    assert list(d.glob("provider-outage-daytona*.json")), sorted(p.name for p in d.iterdir())
+    assert "unexpected" not in (rec.last_error or "")
+    assert fake.live() == []

@@ -302,7 +302,7 @@ class Event(Tolerant):
 class TickAction(TypedDict):
     """One thing a tick did (tick.json's `actions`): a plain JSON object on disk, typed here."""
 
-    kind: str          # admit, adopt, requeue, interrupt, end, reap, hold, give_up, skipped, ...
+    kind: str          # admit, adopt, requeue, interrupt, end, reap, hold, give_up, skipped, reconcile, ...
     run_id: str
     detail: str
 

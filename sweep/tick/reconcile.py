@@ -48,9 +48,15 @@ def reconcile_in_tick(campaign_dir: Path, campaign_id: str, live_jobs: set[str],
                           "live_jobs": sorted(live_jobs)}).encode()
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "sweep.tick.reconcile"], stdin=subprocess.PIPE,
+        # the child imports the very sweep this tick runs (its folder first on PYTHONPATH, whether
+        # installed, frozen or a checkout), and -P keeps the working directory off its import path
+        import sweep
+        here = str(Path(sweep.__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "sweep.tick.reconcile"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                cwd=str(campaign_dir))
+                                cwd=str(campaign_dir), env=env)
     except OSError as exc:
         return TickReconcile(False, False, "", f"reconcile could not start: {exc}; the marker stays")
     try:

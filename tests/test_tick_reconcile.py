@@ -155,3 +155,41 @@ def test_an_unreachable_provider_leaves_the_marker_up_and_the_tick_bounded(remot
     assert took < 20 + 60, took                               # the budget, plus the tick's own work
     for jid in list(sched.queue().jobs):
         sched.cancel([jid])
+
+
+def test_the_tick_that_reconciles_still_asks_the_queue_exactly_once(tmp_path):
+    """The reconcile uses the queue the tick already read: one queue call for the whole tick,
+    counted on the real (local) scheduler."""
+    pytest.importorskip("daytona")
+    from sweep.providers import get_sandbox_provider
+    from sweep.providers.base import SandboxSpec, sandbox_name
+    from sweep.providers.receipts import create_with_receipt, new_tags
+    from sweep.sandbox_marker import mark_uncertain
+    from sweep.scheduler import make_scheduler
+    from sweep.tick import run_tick
+    from tests.fakes.daytona_api import FakeDaytona
+    from tests.test_scale_smoke import CountingScheduler
+    fake = FakeDaytona().start()
+    try:
+        d = tmp_path / "camp"
+        sweep("init", str(write_plan(tmp_path / "plan.json", payload_plan(1))), "--campaign", str(d))
+        c = Campaign.load(d)
+        key = tmp_path / "k"
+        key.write_text(fake.api_key)
+        p = get_sandbox_provider("daytona", api_url=fake.api_url, api_key_file=key)
+        t = new_tags(campaign_id=c.file.campaign_id, run_id="pr-000", job_id="424242", role="solver", attempt=1)
+        h = create_with_receipt(p, SandboxSpec(name=sandbox_name(t), tags=t), run_dir(d, "pr-000"),
+                                options=p.receipt_options)
+        mark_uncertain(d, "job 424242 died with an open receipt")       # a job that never was in the queue
+        proxy = CountingScheduler(make_scheduler(c.settings.scheduler, d, c.file.job_prefix))
+        assert run_tick(d, scheduler=proxy).ran
+        tick = json.loads((d / "tick.json").read_text())
+        assert proxy.calls["queue"] == 1, proxy.calls
+        assert any(a["kind"] == "reconcile" and f"terminated: {h.name}" in a["detail"] for a in tick["actions"])
+        assert not (d / UNCERTAIN_FILE).exists() and fake.live() == []
+        assert load_record(run_dir(d, "pr-000")).value.state.value == "active"        # admitted, same tick
+        sched = c.scheduler()
+        for jid in list(sched.queue().jobs):
+            sched.cancel([jid])
+    finally:
+        fake.stop()

@@ -26,10 +26,20 @@ def fake():
     f.stop()
 
 
-def campaign(tmp_path: Path, fake: FakeDaytona, kinds: dict[str, str]) -> Path:
+# A blind solver played by a command: it fixes clamp() in its workspace, and says where it ran.
+SOLVER_SCRIPT = ("test -d /sweep/run && echo solver-in-container; cd repo && python3 -c 'import pathlib; "
+                 "p = pathlib.Path(\"mathx.py\"); p.write_text(p.read_text().replace("
+                 "\"if value > high:\\n        return low\", \"if value > high:\\n        return high\"))'")
+COMMAND_SOLVER = {"runtimes": {"solver": "command"},
+                  "runtime_options": {"solver": {"argv": ["bash", "-c", SOLVER_SCRIPT, "solver", "{tools}",
+                                                          "{max_turns}", "{cost_cap_usd}"], "network": "none"}}}
+
+
+def campaign(tmp_path: Path, fake: FakeDaytona, kinds: dict[str, str], options: dict | None = None) -> Path:
     key = tmp_path / "daytona.key"
     key.write_text(fake.api_key + "\n")
-    cands = [candidate(rid, make_pr_repo(tmp_path / "repos", kind, name=rid)) for rid, kind in kinds.items()]
+    cands = [candidate(rid, make_pr_repo(tmp_path / "repos", kind, name=rid), **(options or {}).get(rid, {}))
+             for rid, kind in kinds.items()]
     plan = local_plan(cands, defaults={"provider": "daytona", "quality": {"max_repairs": 0}},
                       providers={"daytona": {"api_url": fake.api_url, "api_key_file": str(key)}})
     d = tmp_path / "camp"
@@ -42,7 +52,7 @@ def gates_evidence(d: Path, rid: str) -> dict:
 
 
 def test_gates_and_solver_trial_run_in_the_container_and_the_run_ends_verified(tmp_path, fake):
-    d = campaign(tmp_path, fake, {"pr-ok": "verified", "pr-bad": "passes_before"})
+    d = campaign(tmp_path, fake, {"pr-ok": "verified", "pr-bad": "passes_before"}, {"pr-ok": COMMAND_SOLVER})
     tick_until_done(d, timeout=300)
 
     ok = record(d, "pr-ok")
@@ -52,7 +62,11 @@ def test_gates_and_solver_trial_run_in_the_container_and_the_run_ends_verified(t
     assert ev["isolation"] == "container" and len(ev["image"]) == 64
     solve = json.loads((run_dir(d, "pr-ok") / "evidence" / "solve-r0001.json").read_text())
     assert [r["environment_fidelity"] for r in solve["rollouts"]] == ["container"]
-    assert solve["rollouts"][0]["reward"] == 1.0
+    assert solve["rollouts"][0]["reward"] == 1.0 and solve["runtime"] == "command"
+    # the solver session itself ran in the task's image, and its change came back to the host
+    session = next((run_dir(d, "pr-ok") / "sessions").glob("*-solver"))
+    assert any("solver-in-container" in p.read_text() for p in session.glob("*stdout*"))
+    assert json.loads((session / "result.json").read_text())["isolation"] == "container"
     # the commands really went to the sandboxes, as argv with paths inside the container
     tests_run = [c for _, _, c in fake.execs if "tests/test.sh" in c]
     assert tests_run and all("/sweep/run/" in c and str(d) not in c for c in tests_run)

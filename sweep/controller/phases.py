@@ -24,6 +24,7 @@ from sweep.models.evidence import (Checkpoints, GatesEvidence, ReviewEvidence, R
 from sweep.controller.context import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, fresh_dir,
                                       provider_park, write_json)
 from sweep.execution import Limits, Provider
+from sweep.providers.base import SandboxError
 from sweep.tree import copy_tree
 
 TRIAL_TIMEOUT_S = 900
@@ -91,6 +92,20 @@ def _provider_trouble(ctx: Ctx, role: str, provider: str, exc: Exception) -> Exc
         return Park(role if role in _PHASE_ROLE.values() else "author", "outage",
                     f"configuration error: {provider}: {str(exc)[:300]}", provider=provider)
     return AttemptFailed(f"{provider} during {role}: {str(exc)[:300]}")
+
+
+# Runtimes that run sweep's own code (they need this host's sweep installation): always on the host.
+HOST_ONLY_RUNTIMES = frozenset({"oracle", "nop"})
+
+
+def _session_provider(ctx: Ctx, role: str, runtime: str) -> Provider:
+    """Where a role session runs: a solver with an agent runtime runs in the task's image when the
+    provider is remote (the image gets the agent CLI's install layer for claude-code and codex);
+    every other session runs on this host."""
+    if role != "solver" or _options(ctx).provider == "local" or runtime in HOST_ONLY_RUNTIMES:
+        return _provider(ctx)
+    from sweep.providers.image import AGENT_CLIS
+    return _trial_provider(ctx, role, agent_cli=runtime if runtime in AGENT_CLIS else None)
 
 
 def _image_identity(provider: Provider) -> str | None:
@@ -189,7 +204,13 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
                              runtime_options=dict(opts.runtime_options.get(role, {})), workspace=workspace,
                              session_dir=session_dir, prompt=prompt, inputs=inputs, limits=_limits(ctx),
                              secrets=_role_secrets(ctx, specs[role], runtime, opts.runtime_options.get(role)))
-        result = run_session(req, _provider(ctx))
+        result = run_session(req, _session_provider(ctx, role, runtime))
+    except SandboxError as exc:
+        # the remote provider's trouble (the session ran, or began to, in the task's image): the
+        # reservation is charged whole, since what the agent spent before it cannot be known
+        ctx.budget.settle(op_id, amount)
+        ctx.event("session_done", phase=ctx.record.phase.value, detail=f"{op_id}: provider: {exc}")
+        raise _provider_trouble(ctx, role, _options(ctx).provider, exc) from None
     except (ConfigError, ProviderError) as exc:
         # refused up front (bad runtime options, a runtime that cannot honour the manifest, an
         # edited manifest): nothing ran, so nothing was spent; the role stays stopped (and shows

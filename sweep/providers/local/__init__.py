@@ -7,6 +7,9 @@ Guarantees of `LocalProvider.run` (the same for role sessions and for task trial
   launch. Nothing else from the caller's environment reaches the child.
 - stdin is closed (or a file, `stdin_path`); the walltime is enforced from outside (TERM, grace,
   KILL on the process group).
+- Every run is started under a keeper (keeper.py) that the kernel signals when the calling thread
+  dies: a controller killed at any moment, even while bwrap is still setting up, takes the whole
+  run with it (the sandbox's pid namespace, and with isolation none whatever the program forked).
 - isolation "bwrap" (the default): an allowlist view of the host (see bwrap.py: system toolchain,
   minimal /etc, sweep's runtime, the declared read paths read-only; only `write_paths` writable;
   private /tmp and HOME; its own pid, ipc, uts and network namespaces; no capabilities) and the
@@ -23,6 +26,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -33,6 +37,7 @@ from sweep.providers.local.bwrap import (DEFAULT_TMP_BYTES, SANDBOX_HOME, SANDBO
                                          bwrap_argv, probe_bwrap, runtime_read_paths)
 from sweep.providers.local.limits import Bounds, tree_bytes
 from sweep.providers.local.network import RELAY_SCRIPT, HostRelay, hosts_file, network_mode, parse_endpoints
+from sweep.providers.local.keeper import PARENT_GONE
 from sweep.providers.local.process import run_process
 
 log = logging.getLogger("sweep.providers.local")
@@ -40,6 +45,7 @@ log = logging.getLogger("sweep.providers.local")
 ISOLATION_MODES = ("bwrap", "none")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_KILL_GRACE_S = 5.0
+KEEPER_SCRIPT = Path(__file__).resolve().parent / "keeper.py"
 
 
 def child_path(caller_path: str | None) -> str:
@@ -173,7 +179,6 @@ class LocalProvider:
                     relay = HostRelay(endpoints)
                     relay.start()
                     view.relay_dir = relay.dir
-                    import sys
                     argv = [sys.executable, "-I", "-S", str(RELAY_SCRIPT), *relay.sandbox_args(SANDBOX_RELAY_DIR),
                             "--", *argv]
                 mounts = view.mount_args()
@@ -186,13 +191,17 @@ class LocalProvider:
             else:
                 full = argv
             bounds.prepare()
-            outcome = run_process(full, env=env, cwd=cwd, timeout_s=spec.timeout_s,
+            # the keeper stands between this process and the run: if we die, it ends everything
+            # the run holds (see keeper.py)
+            kept = [sys.executable, "-I", "-S", str(KEEPER_SCRIPT), "--parent", str(os.getpid()), "--", *full]
+            outcome = run_process(kept, env=env, cwd=cwd, timeout_s=spec.timeout_s,
                                   keep_bytes=spec.limits.transcript_bytes, preexec_fn=bounds.preexec,
                                   poll=watch_workspace,
                                   stdout_path=spec.stdout_path, stderr_path=spec.stderr_path,
                                   secrets=secrets, pass_fds=(*spec.pass_fds, *data_fds), stdin_path=spec.stdin_path,
                                   idle_timeout_s=spec.idle_timeout_s, stdout_watch=spec.stdout_watch,
-                                  kill_grace_s=self.kill_grace_s if spec.kill_grace_s is None else spec.kill_grace_s)
+                                  kill_grace_s=self.kill_grace_s if spec.kill_grace_s is None else spec.kill_grace_s,
+                                  end_signal=PARENT_GONE)
             limit_hit = workspace_hit[0] if workspace_hit else bounds.hit()
             if limit_hit is None and (outcome.signal == signal.SIGXFSZ or outcome.rc == 128 + signal.SIGXFSZ
                                       or "File too large" in outcome.stderr_tail):

@@ -3,13 +3,15 @@
 What this guarantees, and what a crash leaves:
 - The child is a new session and process-group leader (`start_new_session`), so one `killpg` reaches
   it and everything it forked that stayed in the group.
-- On walltime the group gets SIGTERM, then SIGKILL after the grace period. The leader is left a
+- On walltime the group gets SIGTERM, then (the local provider's keeper) the keeper's end signal,
+  then SIGKILL after the grace period. The leader is left a
   zombie (waitid WNOWAIT) until the group has been killed, so its pid, and hence the group id we
   signal, cannot be recycled by an unrelated process in between.
 - After the leader exits, normally or not, the group is SIGKILLed once more, so background
   processes it left behind do not outlive the session. A process that left the group on purpose
-  (setsid, double fork) is only reached through the sandbox: bubblewrap runs the session in its own
-  pid namespace, which the kernel empties when the sandbox ends.
+  (setsid, double fork) is reached through the local provider's keeper (keeper.py: a subreaper that
+  kills every child it is left with) and the sandbox (bubblewrap runs the session in its own pid
+  namespace, which the kernel empties when the sandbox ends).
 - stdout/stderr are streamed through a redactor into 0600 files: a secret value never reaches disk,
   not even in a partial write that a crash could leave behind.
 """
@@ -144,10 +146,13 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
                 stdout_path: Path | None, stderr_path: Path | None, secrets: list[str],
                 kill_grace_s: float, pass_fds: tuple[int, ...] = (), stdin_path: Path | None = None,
                 idle_timeout_s: float | None = None, stdout_watch=None, keep_bytes: int | None = None,
-                preexec_fn=None, poll=None, poll_every_s: float = 1.0) -> ProcessOutcome:
+                preexec_fn=None, poll=None, poll_every_s: float = 1.0,
+                end_signal: int | None = None) -> ProcessOutcome:
     """`keep_bytes` bounds each transcript (head + tail, cut marked); `preexec_fn` runs in the child
     before exec (joining a cgroup, setting rlimits); `poll()` is called every `poll_every_s` while
-    the child runs and a reason it returns stops the child (a bound was exceeded)."""
+    the child runs and a reason it returns stops the child (a bound was exceeded); `end_signal`,
+    when the child is the keeper (keeper.py), is sent to it after the grace period so that it ends
+    everything it holds, sessions that left the group included, before the group is SIGKILLed."""
     redactor = Redactor(secrets)
     started = time.monotonic()
     stdin: int | BinaryIO = subprocess.DEVNULL
@@ -195,6 +200,11 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
             grace_end = time.monotonic() + kill_grace_s
             while not _leader_exited(proc.pid) and time.monotonic() < grace_end:
                 time.sleep(POLL_S)
+            if end_signal is not None and not _leader_exited(proc.pid):
+                os.kill(proc.pid, end_signal)      # the leader is alive (not even a zombie): its pid is ours
+                end_by = time.monotonic() + 5.0
+                while not _leader_exited(proc.pid) and time.monotonic() < end_by:
+                    time.sleep(POLL_S)
             break
         time.sleep(POLL_S)
     # Kill whatever is left in the group while the leader's zombie still pins the group id.

@@ -164,6 +164,7 @@ def _toml_doc(*, task_name: str, run_id: str, campaign: CampaignFile, rec: RunRe
         "bundle_sha256": gates_ev.bundle_sha256 if gates_ev else "",
         "evidence_sha256": source.evidence_sha256 if source else "",
         "environment_fidelity": (gates_ev.environment_fidelity if gates_ev else "") or "host",
+        "environment_image": (gates_ev.image if gates_ev else None) or "",
         "runtime_sha256": rec.runtime_sha or "", "cost_usd": float(rec.spent_usd), "base_image": base_image,
         "evidence": {
             "summary": f2p.detail,

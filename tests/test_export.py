@@ -148,6 +148,9 @@ def test_demo_export_is_a_lint_clean_harbor_dataset(demo, tmp_path):
     assert "tests.test_mathx.MeanTest.test_mean" in meta["evidence"]["pass_to_pass"]
     assert meta["gates"] == {"valid": True, "reference": True, "empty": True, "repeat": True, "fail_to_pass": True}
     assert meta["review"]["verdict"] == "accept" and meta["environment_fidelity"] == "host"
+    assert meta["environment_image"] == ""          # the local provider built no image
+    reports = list(Path(demo).glob("runs/*/report.md"))
+    assert reports and all("Environment fidelity: host" in p.read_text() for p in reports)
     assert set(meta["roles"]) == {"author", "reviewer", "solver"}
     assert all(len(r["manifest_sha256"]) == 64 for r in meta["roles"].values())
     state = json.loads((demo / "runs" / "fix-clamp" / "state.json").read_text())

@@ -67,6 +67,7 @@ def test_gates_and_solver_trial_run_in_the_container_and_the_run_ends_verified(t
     session = next((run_dir(d, "pr-ok") / "sessions").glob("*-solver"))
     assert any("solver-in-container" in p.read_text() for p in session.glob("*stdout*"))
     assert json.loads((session / "result.json").read_text())["isolation"] == "container"
+    assert "Environment fidelity: container" in (run_dir(d, "pr-ok") / "report.md").read_text()
     # the commands really went to the sandboxes, as argv with paths inside the container
     tests_run = [c for _, _, c in fake.execs if "tests/test.sh" in c]
     assert tests_run and all("/sweep/run/" in c and str(d) not in c for c in tests_run)

@@ -27,6 +27,12 @@ def write_report(ctx: Ctx, rec: RunRecord, detail: str) -> None:
     if ctx.campaign.settings.isolation == "none":
         lines += ["**UNSANDBOXED**: the plan sets isolation = \"none\"; sessions and trials of this run "
                   "ran without the sandbox (docs/security.md).", ""]
+    provider = ctx.candidate.candidate.options.provider
+    lines += ["Environment fidelity: " + (
+        "host: the task's environment/Dockerfile was not built; gates and trials ran on this host's "
+        "toolchain (docs/providers.md)." if provider == "local" else
+        f"container: gates and trials ran in the task's image on the {provider} provider "
+        "(evidence/gates-*.json names the image)."), ""]
     src = cps.intake
     if src is not None and src.to_json():
         lines += ["## Source", f"- base `{src.base}`, head `{src.head}`",

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runstate.errors import ConfigError
+from sweep.providers.local.sandbox_relay import pump as _pump   # one copy loop for both halves
 
 NETWORK_MODES = ("none", "api", "host")
 RELAY_SCRIPT = Path(__file__).resolve().parent / "sandbox_relay.py"
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 CONNECT_TIMEOUT_S = 15.0
-_CHUNK = 65536
 
 
 def network_mode(value: object) -> str:
@@ -124,22 +124,6 @@ def hosts_file(endpoints: list[Endpoint]) -> bytes:
             seen.add(ep.name)
             lines.append(f"{ep.listen_ip} {ep.name}")
     return ("\n".join(lines) + "\n").encode()
-
-
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while True:
-            data = src.recv(_CHUNK)
-            if not data:
-                break
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        try:
-            dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
 
 class HostRelay:

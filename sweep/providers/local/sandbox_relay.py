@@ -4,7 +4,9 @@
 It binds every listener first (so the program never races a relay that is not up yet), forks a
 child that serves them, and execs the program in its own process. Each accepted TCP connection is
 carried to the unix SOCKET, whose other end (outside the sandbox) connects to the one endpoint
-that socket stands for. The child dies with the sandbox's pid namespace.
+that socket stands for. The child dies with the sandbox's pid namespace. The copy loop (`pump`)
+is also the provider's half's (network.py imports it): this file stays standard-library only,
+since it runs in the sandbox as a script, outside any package.
 """
 import os
 import socket
@@ -12,7 +14,8 @@ import sys
 import threading
 
 
-def _pump(src, dst):
+def pump(src, dst):
+    """Copy src to dst until EOF, then half-close dst. Also the provider's half (network.py)."""
     try:
         while True:
             data = src.recv(65536)
@@ -35,9 +38,9 @@ def _serve(conn, path):
     except OSError:
         conn.close()
         return
-    back = threading.Thread(target=_pump, args=(up, conn), daemon=True)
+    back = threading.Thread(target=pump, args=(up, conn), daemon=True)
     back.start()
-    _pump(conn, up)
+    pump(conn, up)
     back.join()
     conn.close()
     up.close()

@@ -260,3 +260,21 @@ def test_tick_removes_stale_lease_tombstones_of_the_runs_it_acts_on(campaign):
     assert load_record(rdir).value.state is RunState.active      # the tick acted on this run
     assert not any(p.exists() for p in old)
     assert fresh.exists() and other.exists()
+
+
+def test_logs_dir_is_made_at_first_submission_and_a_failure_there_leaves_the_run_queued(campaign):
+    """init makes no logs/; the tick makes it 0700 before taking the lease, so a run whose logs/
+    cannot be made (here a file sits in its place) keeps no lease, stays queued, and the tick
+    says why while the other run starts."""
+    d = campaign(payload_plan(2, max_parallel=2, scheduler={"local": {"cpu_slots": 4}}))
+    bad, good = run_dir(d, "pr-000"), run_dir(d, "pr-001")
+    assert not (bad / "logs").exists() and not (good / "logs").exists()
+    (bad / "logs").write_text("in the way")
+    out = sweep("tick", "--campaign", str(d))
+    assert stat.S_IMODE(os.stat(good / "logs").st_mode) == 0o700
+    assert load_record(good).value.state is RunState.active
+    rec = load_record(bad).value
+    assert rec.state is RunState.queued and rec.submit_token is None
+    assert read_lease(bad) is None
+    tick = json.loads((d / "tick.json").read_text())
+    assert any("pr-000" in e for e in tick["errors"]), (out.stdout, tick["errors"])

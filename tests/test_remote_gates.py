@@ -101,3 +101,18 @@ def test_a_provider_outage_during_gates_parks_the_run_under_the_providers_cooldo
     assert list(d.glob("provider-outage-daytona*.json")), sorted(p.name for p in d.iterdir())
     assert "unexpected" not in (rec.last_error or "")
     assert fake.live() == []
+
+
+@pytest.mark.parametrize("status, expect", [(401, "configuration error"), (400, "daytona during gates")])
+def test_a_config_or_plain_failure_of_the_provider_is_classified_not_a_crash(tmp_path, fake, status, expect):
+    from runstate.models import RunState
+    from tests.fakes.runs import wait_until
+    d = campaign(tmp_path, fake, {"pr-ok": "verified"})
+    fake.fail(status, times=1000, path_contains="/api/snapshots")
+    sweep("tick", "--campaign", str(d))
+    wait_until("the run to come back", lambda: record(d, "pr-ok").state is RunState.queued
+               and expect in (record(d, "pr-ok").last_error or ""), 120)
+    rec = record(d, "pr-ok")
+    assert "unexpected" not in (rec.last_error or "") and rec.outcome is None
+    # config: a park (no attempt spent); failure: the attempt fails
+    assert rec.attempts == (0 if status == 401 else 1), rec

@@ -202,7 +202,7 @@ class LocalProvider:
                                   idle_timeout_s=spec.idle_timeout_s, stdout_watch=spec.stdout_watch,
                                   kill_grace_s=self.kill_grace_s if spec.kill_grace_s is None else spec.kill_grace_s,
                                   end_signal=PARENT_GONE)
-            limit_hit = workspace_hit[0] if workspace_hit else bounds.hit()
+            limit_hit = workspace_hit[0] if workspace_hit else bounds.hit(outcome.stderr_tail)
             if limit_hit is None and (outcome.signal == signal.SIGXFSZ or outcome.rc == 128 + signal.SIGXFSZ
                                       or "File too large" in outcome.stderr_tail):
                 limit_hit = "file_size"     # SIGXFSZ, or EFBIG where the writer ignores the signal (Python)

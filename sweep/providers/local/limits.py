@@ -13,6 +13,12 @@ What enforces each bound of `Limits` (recorded per run in `ExecResult.limits_enf
   file counts at its full size); the run is stopped when it is exceeded.
 The child joins the cgroup before it execs (`preexec`), so nothing it forks escapes the bound.
 A crash leaves an empty `sweep-PID-N` cgroup behind at worst; the next run on the host removes it.
+
+`SWEEP_LIMITS_FALLBACK=rlimit` in the controller's environment skips the cgroups and uses the
+rlimit fallbacks (for tests of that path on a host whose cgroups are writable; a site has no reason
+to set it). Without a cgroup's counters, a run that hit RLIMIT_AS or RLIMIT_NPROC is recognised from
+its own error text (an allocation or fork refused), which the run controls: it can only claim to
+have hit a bound, which fails it anyway.
 """
 from __future__ import annotations
 
@@ -26,6 +32,9 @@ from pathlib import Path
 from sweep.providers.base import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# How a refused allocation / fork reads in a program's stderr (Python, C/C++ runtimes, shells)
+RLIMIT_AS_SIGNS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
+RLIMIT_NPROC_SIGNS = ("Resource temporarily unavailable", "BlockingIOError", "fork: retry", "can't fork")
 _counter = itertools.count(1)
 
 
@@ -98,7 +107,7 @@ class Bounds:
 
     def prepare(self) -> None:
         lim = self.limits
-        own = _own_cgroups()
+        own = {} if os.environ.get("SWEEP_LIMITS_FALLBACK") == "rlimit" else _own_cgroups()
         if (CGROUP_ROOT / "cgroup.controllers").exists() and "" in own:       # cgroup v2
             group = self._make("v2", CGROUP_ROOT / own[""].lstrip("/"))
             if group is not None:
@@ -155,8 +164,13 @@ class Bounds:
         except OSError:
             return ""
 
-    def hit(self) -> str | None:
-        """The bound the run ran into, from the cgroup's own counters (None if none did)."""
+    def hit(self, stderr_tail: str = "") -> str | None:
+        """The bound the run ran into, from the cgroup's own counters, or for an rlimit fallback
+        from the run's error text (None if none did)."""
+        if self.enforced.get("memory") == "RLIMIT_AS" and any(m in stderr_tail for m in RLIMIT_AS_SIGNS):
+            return "memory"
+        if self.enforced.get("processes") == "RLIMIT_NPROC" and any(m in stderr_tail for m in RLIMIT_NPROC_SIGNS):
+            return "processes"
         v2 = "v2" in self._dirs
         events = self._read("v2", "memory.events") if v2 else self._read("memory", "memory.oom_control")
         for line in events.splitlines():

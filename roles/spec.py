@@ -73,6 +73,23 @@ class Budget(BaseModel):
     cost_cap_usd: float | None = Field(default=None, ge=0)
 
 
+class RoleLimits(BaseModel):
+    """A role's own resource bounds for its sessions: each key given replaces the plan's `[limits]`
+    value for this role; a key left out keeps the plan's (docs/security.md). Trials are not sessions:
+    they keep the plan's bounds and their task.toml timeouts."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    memory_mb: int | None = Field(default=None, ge=64)
+    processes: int | None = Field(default=None, ge=8)
+    file_mb: int | None = Field(default=None, ge=1)
+    workspace_mb: int | None = Field(default=None, ge=1)
+    transcript_kb: int | None = Field(default=None, ge=16)
+    tmp_mb: int | None = Field(default=None, ge=16)
+
+    def overrides(self) -> dict[str, int]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class RoleSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -89,6 +106,8 @@ class RoleSpec(BaseModel):
     # "none", "api" (the configured model endpoints only) or "host" (unrestricted: an explicit,
     # loudly reported opt-in). See docs/security.md.
     network: Literal["none", "api", "host"] = "api"
+    # `[limits]` in the manifest: this role's sessions' bounds over the plan's defaults.
+    limits: RoleLimits = Field(default_factory=RoleLimits)
 
     # The manifest file this spec was loaded from, so later errors can name it.
     _source_path: str | None = PrivateAttr(default=None)

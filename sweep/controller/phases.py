@@ -113,9 +113,11 @@ def _image_identity(provider: Provider) -> str | None:
     return getattr(image, "identity", None)
 
 
-def _limits(ctx: Ctx) -> Limits:
-    """The plan's resource bounds for every session and trial (docs/security.md)."""
-    return ctx.campaign.settings.limits.to_limits()
+def _limits(ctx: Ctx, role: RoleSpec | None = None) -> Limits:
+    """The plan's resource bounds (docs/security.md); for a session, with its role manifest's
+    `[limits]` over them. Trials keep the plan's (and their task.toml timeouts)."""
+    plan = ctx.campaign.settings.limits
+    return (plan.for_role(role.limits.overrides()) if role is not None else plan).to_limits()
 
 
 def _roles(ctx: Ctx) -> tuple[dict[str, RoleSpec], dict[str, str]]:
@@ -202,7 +204,8 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     try:
         req = SessionRequest(role=specs[role], manifest_sha256=shas[role], runtime=runtime,
                              runtime_options=dict(opts.runtime_options.get(role, {})), workspace=workspace,
-                             session_dir=session_dir, prompt=prompt, inputs=inputs, limits=_limits(ctx),
+                             session_dir=session_dir, prompt=prompt, inputs=inputs,
+                             limits=_limits(ctx, specs[role]),
                              secrets=_role_secrets(ctx, specs[role], runtime, opts.runtime_options.get(role)))
         result = run_session(req, _session_provider(ctx, role, runtime))
     except SandboxError as exc:

@@ -239,6 +239,10 @@ class LimitSettings(Strict):
     transcript_kb: int | None = Field(default=8192, ge=16)     # kept per stream: head + tail
     tmp_mb: int = Field(default=1024, ge=16)                   # the private /tmp
 
+    def for_role(self, overrides: dict[str, int]) -> "LimitSettings":
+        """These bounds with a role manifest's `[limits]` keys (roles/spec.py RoleLimits) in place."""
+        return self.model_copy(update=overrides) if overrides else self
+
     def to_limits(self):
         from sweep.execution import Limits
         mb = 1 << 20

@@ -70,14 +70,23 @@ def _trial_provider(ctx: Ctx, role: str, *, agent_cli: str | None = None) -> Pro
     from sweep.providers.container import ContainerRunner
     try:
         sandboxes = get_sandbox_provider(name, **dict(ctx.campaign.settings.providers.get(name, {})))
-        return ContainerRunner(sandboxes, environment_dir=ctx.paths.task / "environment", run_dir=ctx.paths.dir,
-                               campaign_id=ctx.campaign.file.campaign_id, run_id=ctx.run_id, job_id=ctx.job_id,
-                               role=role, attempt=ctx.record.attempts + 1, agent_cli=agent_cli)
     except SandboxError as exc:
         raise _provider_trouble(ctx, role, name, exc) from None
     except ConfigError as exc:
         raise Park(role if role in _PHASE_ROLE.values() else "author", "outage",
                    f"configuration error: provider {name}: {exc}", provider=name) from None
+    try:
+        return ContainerRunner(sandboxes, environment_dir=ctx.paths.task / "environment", run_dir=ctx.paths.dir,
+                               campaign_id=ctx.campaign.file.campaign_id, run_id=ctx.run_id, job_id=ctx.job_id,
+                               role=role, attempt=ctx.record.attempts + 1, agent_cli=agent_cli)
+    except ConfigError as exc:
+        # the task's own environment/Dockerfile (unreadable, a COPY of a missing file): the
+        # bundle's fault, not the provider's, so it must not stop every run on that provider
+        raise TaskImageProblem(str(exc)) from None
+
+
+class TaskImageProblem(Exception):
+    """The task's environment cannot give an image (judged as a failed gate, not a park)."""
 
 
 def _provider_trouble(ctx: Ctx, role: str, provider: str, exc: Exception) -> Exception:
@@ -105,7 +114,10 @@ def _session_provider(ctx: Ctx, role: str, runtime: str) -> Provider:
     if role != "solver" or _options(ctx).provider == "local" or runtime in HOST_ONLY_RUNTIMES:
         return _provider(ctx)
     from sweep.providers.image import AGENT_CLIS
-    return _trial_provider(ctx, role, agent_cli=runtime if runtime in AGENT_CLIS else None)
+    try:
+        return _trial_provider(ctx, role, agent_cli=runtime if runtime in AGENT_CLIS else None)
+    except TaskImageProblem as exc:
+        raise AttemptFailed(f"the task's image: {exc}") from None
 
 
 def _image_identity(provider: Provider) -> str | None:
@@ -208,6 +220,9 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
                              limits=_limits(ctx, specs[role]),
                              secrets=_role_secrets(ctx, specs[role], runtime, opts.runtime_options.get(role)))
         result = run_session(req, _session_provider(ctx, role, runtime))
+    except (AttemptFailed, Park):
+        ctx.budget.settle(op_id, 0.0)       # no remote sandbox could be had: nothing ran
+        raise
     except SandboxError as exc:
         # the remote provider's trouble (the session ran, or began to, in the task's image): the
         # reservation is charged whole, since what the agent spent before it cannot be known
@@ -444,7 +459,11 @@ def gates(ctx: Ctx):
     results: dict = {"valid": {"ok": not problems, "detail": "; ".join(problems[:5])}}
     provider = _provider(ctx)
     if not problems:
-        provider = _trial_provider(ctx, "gates")
+        try:
+            provider = _trial_provider(ctx, "gates")
+        except TaskImageProblem as exc:
+            results["image"] = {"ok": False, "detail": str(exc)[:300]}
+    if not problems and "image" not in results:
         from sweep.harbor import junit
         rewards: dict[str, list[float | None]] = {"reference": [], "empty": []}    # None: no reward
         details: dict[str, list[str]] = {"reference": [], "empty": []}
@@ -551,7 +570,10 @@ def solve(ctx: Ctx):
                             "detail": (result.reason or result.evidence)[:200]})
             continue
         trial_dir = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}-trial")
-        runner = _trial_provider(ctx, "solver")
+        try:
+            runner = _trial_provider(ctx, "solver")
+        except TaskImageProblem as exc:
+            raise AttemptFailed(f"the task's image: {exc}") from None
         try:
             trial = run_trial(bundle, workspace / "repo", provider=runner, workdir=trial_dir,
                               timeout_s=TRIAL_TIMEOUT_S, limits=_limits(ctx))

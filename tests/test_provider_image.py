@@ -40,6 +40,15 @@ def test_agent_cli_layer_is_pinned_and_changes_the_identity(tmp_path):
         assert spec.identity != plain.identity
 
 
+def test_a_copy_of_a_missing_or_outside_file_is_a_config_error_naming_the_dockerfile(tmp_path):
+    from runstate.errors import ConfigError
+    for i, line in enumerate(("COPY nothing-here.txt /x\n", "COPY ../../etc/passwd /x\n")):
+        d = env(tmp_path, f"bad{i}", dockerfile="FROM python:3.11-slim\n" + line)
+        with pytest.raises(ConfigError) as exc:
+            image_spec(d)
+        assert "Dockerfile" in str(exc.value.path) or "Dockerfile" in str(exc.value)
+
+
 daytona = pytest.importorskip("daytona")
 from sweep.providers import get_sandbox_provider  # noqa: E402
 from sweep.providers.base import SandboxSpec, sandbox_name  # noqa: E402

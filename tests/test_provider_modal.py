@@ -100,3 +100,18 @@ def test_missing_token_is_config(fake, monkeypatch):
     with pytest.raises(SandboxError) as e:
         get_sandbox_provider("modal", server_url=fake.url)
     assert e.value.error_class == "config" and "MODAL_TOKEN_ID" in str(e.value)
+
+
+def test_the_task_image_spec_reaches_modal_with_the_cli_layer_and_no_network(fake, tmp_path):
+    from sweep.providers.image import image_spec
+    env = tmp_path / "environment"
+    (env / "repo").mkdir(parents=True)
+    (env / "Dockerfile").write_text("FROM python:3.11-slim\nRUN echo toolchain\nWORKDIR /app\nCOPY repo/ /app/\n")
+    p = make(fake, tmp_path)
+    t = tags()
+    h = p.create(SandboxSpec(name=sandbox_name(t), tags=t, dockerfile=env / "Dockerfile", agent_cli="codex",
+                             network_block_all=True))
+    commands = "\n".join("\n".join(layer) for layer in fake.images)     # every layer Modal asked for
+    assert "RUN echo toolchain" in commands and "@openai/codex@" in commands and "COPY repo" not in commands
+    assert "BLOCKED" in str(fake.sandboxes[h.sandbox_id]["definition"].network_access)
+    assert h.image == image_spec(env, agent_cli="codex").identity

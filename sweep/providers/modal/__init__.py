@@ -22,6 +22,7 @@ import math
 import os
 import queue
 import tarfile
+import tempfile
 import threading
 import time
 import uuid
@@ -33,6 +34,7 @@ import modal.exception as mexc
 
 from sweep.providers.base import (SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo, SandboxSpec,
                                   TerminateOutcome, check_tags, sandbox_name)
+from sweep.providers.image import image_spec
 from sweep.providers.remote import ClassifiedCalls, key_location, read_key
 
 TAIL_CHARS = 16_384
@@ -104,10 +106,21 @@ class ModalProvider(ClassifiedCalls):
 
     def create(self, spec: SandboxSpec) -> SandboxHandle:
         check_tags(spec.tags)
+        with tempfile.TemporaryDirectory(prefix="sweep-modal-image-") as tmp:
+            return self._create(spec, Path(tmp))
+
+    def _create(self, spec: SandboxSpec, tmp: Path) -> SandboxHandle:
+        identity = spec.image or "python:3.12-slim"
         if spec.dockerfile is not None:
-            image = modal.Image.from_dockerfile(str(spec.dockerfile), context_dir=str(Path(spec.dockerfile).parent))
+            # the image spec's Dockerfile (sweep/providers/image.py: the uploaded repository's COPY
+            # left out, the agent CLI layer added), built with environment/ as its context; Modal
+            # caches the layers by content, so the same identity builds nothing new
+            img = image_spec(Path(spec.dockerfile).parent, agent_cli=spec.agent_cli)
+            (tmp / "Dockerfile").write_text(img.dockerfile, encoding="utf-8")
+            image = modal.Image.from_dockerfile(str(tmp / "Dockerfile"), context_dir=str(img.context_dir))
+            identity = img.identity
         else:
-            image = modal.Image.from_registry(spec.image or "python:3.12-slim")
+            image = modal.Image.from_registry(identity)
         gpu = None
         if spec.gpu is not None:
             gpu = f"{spec.gpu.type or 'any'}:{spec.gpu.count}"
@@ -116,7 +129,8 @@ class ModalProvider(ClassifiedCalls):
                 "sleep", "infinity", app=self.app(), image=image, client=self.client, name=spec.name,
                 tags=dict(spec.tags), timeout=int(spec.timeout_s),
                 idle_timeout=int(spec.idle_timeout_s) if spec.idle_timeout_s else None,
-                cpu=float(spec.cpu), memory=int(spec.memory_mb), gpu=gpu, env=dict(spec.env) or None)
+                cpu=float(spec.cpu), memory=int(spec.memory_mb), gpu=gpu, env=dict(spec.env) or None,
+                block_network=spec.network_block_all)
         except mexc.AlreadyExistsError:
             # a retried create after a lost answer: the name is ours only if a sandbox with our
             # instance tag and this name is running
@@ -124,11 +138,12 @@ class ModalProvider(ClassifiedCalls):
             if len(mine) != 1:
                 raise SandboxError(f"modal: the name {spec.name} is taken by another sandbox",
                                    error_class="failure") from None
-            return SandboxHandle(provider=self.name, sandbox_id=mine[0].sandbox_id, name=spec.name,
+            return SandboxHandle(provider=self.name, sandbox_id=mine[0].sandbox_id, name=spec.name, image=identity,
                                  tags=dict(spec.tags))
         except mexc.Error as exc:
             raise self._error("create failed", exc) from None
-        return SandboxHandle(provider=self.name, sandbox_id=sb.object_id, name=spec.name, tags=dict(spec.tags))
+        return SandboxHandle(provider=self.name, sandbox_id=sb.object_id, name=spec.name, tags=dict(spec.tags),
+                             image=identity)
 
     def _sandbox(self, sandbox_id: str) -> Any:
         return self._call("find the sandbox", modal.Sandbox.from_id, sandbox_id, client=self.client)

@@ -21,7 +21,9 @@ changes in the workspace): a controller resuming must not reuse that workspace w
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -133,6 +135,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     channel = provider.open_output_channel(files.output)
     pre_copy = files.pre_session_copy
     outcome: ExecResult | None = None
+    state_paths: list[Path] = []
     try:
         invocation = runtime.build_invocation(req, files, channel.sandbox_path)
         network = _network_within_role(role, invocation.network)
@@ -177,6 +180,10 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     finally:
         provider.close_output_channel(channel)
         redactor.scrub_file(files.output)      # written by the agent itself, through the channel
+        # the CLI's own state (its session transcripts with every tool's output, its config) is
+        # kept in the run directory for --resume: written by the agent, so scrubbed like the rest
+        for path in state_paths:
+            _scrub_tree(redactor, path)
 
     try:
         parsed = runtime.parse(req, files, outcome)
@@ -206,6 +213,20 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     })
     write_atomic(files.result, _dump(redactor.scrub_obj(record)))
     return result
+
+
+def _scrub_tree(redactor: Redactor, root: Path) -> None:
+    """Redact every regular file under `root` (links not followed, nothing else opened)."""
+    if not redactor:
+        return
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            try:
+                if stat.S_ISREG(path.lstat().st_mode):
+                    redactor.scrub_file(path)
+            except OSError:
+                continue
 
 
 def _unsafe_workspace(write_roots: list[Path], max_bytes: int | None) -> str | None:

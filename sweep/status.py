@@ -221,7 +221,7 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         lease = read_lease_at(f"{root}/{run_id}/lease.json")
         if lease is not None:
             held_leases += 1
-        if rec.state is RunState.ended:
+        if rec.state is RunState.ended and rec.outcome is not None:  # the record's checks pair the two
             key = rec.outcome.value
             outcomes[key] = outcomes.get(key, 0) + 1
             ended_read.append({"run_id": run_id, "outcome": key, "reason": rec.reason, "lane": rec.lane})

@@ -86,6 +86,7 @@ class ExecResult:
     limits_enforced: dict = field(default_factory=dict)   # bound -> how it was enforced (or "none")
     network: str = ""                     # the network mode that was in force: none | api | host
     endpoints: list[str] = field(default_factory=list)   # network "api": what was reachable
+    network_allow: list[str] = field(default_factory=list)   # remote "api": the CIDRs the provider enforces
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ __all__ = [  # the execution contract (sweep.execution), re-exported for the pro
     "DEFAULT_LIMITS", "ExecResult", "ExecSpec", "FromEnv", "Limits", "OutputChannel", "Provider", "read_secret",
     # the remote sandbox lifecycle contract, defined here
     "ERROR_CLASSES", "TAG_KEYS", "GpuRequest", "SandboxError", "SandboxExecResult", "SandboxHandle", "SandboxInfo",
-    "SandboxProvider", "SandboxSpec", "TerminateOutcome", "check_tags", "sandbox_name",
+    "SandboxProvider", "SandboxSpec", "TerminateOutcome", "check_tags", "network_policy", "sandbox_name",
 ]
 
 
@@ -62,6 +62,9 @@ class SandboxSpec:
     env: dict[str, str] = field(default_factory=dict)   # non-secret only
     agent_cli: str | None = None          # a runtime whose CLI the image installs (sweep/providers/image.py)
     network_block_all: bool = False       # no network at all inside (trials; sessions with network "none")
+    # network "api": outbound only to these CIDRs (/32 or /128 of the endpoints' resolved addresses,
+    # see remote.resolve_allow_list). Empty and not block_all = unrestricted egress (network "host")
+    network_allow: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class SandboxHandle:
     name: str
     tags: dict[str, str]
     image: str = ""                       # the image's identity (content hash) or registry reference
+    network: str = ""                     # the policy the provider was asked for: none | api | host
+    network_allow: tuple[str, ...] = ()   # network "api": the CIDRs passed to the provider
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,9 @@ class SandboxProvider(Protocol):
     (outage | throttle | config | failure) for a provider-side problem; see `classify`."""
     name: str
     environment_fidelity: str             # "container" for remote providers
+    # the IP versions the provider's outbound allow list can express ((4,) or (4, 6)); () = it has
+    # none, and network "api" is refused on it (never widened to full egress)
+    network_allow_families: tuple[int, ...]
 
     def create(self, spec: SandboxSpec) -> SandboxHandle: ...
     def upload_archive(self, handle: SandboxHandle, local_dir: Path, remote_dir: str) -> None: ...
@@ -132,6 +140,13 @@ def sandbox_name(tags: dict[str, str]) -> str:
         inst = re.sub(r"[^A-Za-z0-9-]+", "-", tags["sweep.instance"])
         clean = clean[: 62 - len(inst)] + "-" + inst
     return clean
+
+
+def network_policy(spec: SandboxSpec) -> str:
+    """The mode a spec asks the provider for: none | api | host."""
+    if spec.network_block_all:
+        return "none"
+    return "api" if spec.network_allow else "host"
 
 
 def check_tags(tags: dict[str, str]) -> dict[str, str]:

@@ -14,6 +14,11 @@ bubblewrap sandbox:
    channel's file): whatever else the command changed stays in the sandbox;
 5. terminate (receipt settled), whatever happened.
 
+Network (the spec's mode): `none` blocks all network in the sandbox; `api` allows outbound
+traffic only to the configured endpoints' addresses, resolved at create time and passed to the
+provider as /32 or /128 CIDRs (a provider without an allow list refuses `api`); `host` is
+unrestricted egress, the explicit opt-in. What was asked is on the handle and the ExecResult.
+
 Host paths outside the run directory (the sweep installation, the Python prefix) are not shipped:
 a runtime that needs them (oracle, nop) runs on the host. A provider-side problem is a
 SandboxError with its error class (outage | throttle | config | failure), never a crash.
@@ -53,6 +58,7 @@ class ContainerRunner:
         self.agent_cli, self.cpu, self.memory_mb = agent_cli, cpu, memory_mb
         self.channels: dict[str, Path] = {}
         self.handles: list[str] = []                  # image of every sandbox this runner made
+        self.network_policies: list[dict] = []        # the network policy each sandbox was created with
 
     # --- paths -------------------------------------------------------------------------------
 
@@ -82,6 +88,28 @@ class ContainerRunner:
 
     def close_output_channel(self, channel: OutputChannel) -> None:
         self.channels.pop(channel.sandbox_path, None)
+
+    # --- network -----------------------------------------------------------------------------
+
+    def _network(self, spec: ExecSpec) -> tuple[str, tuple[str, ...]]:
+        """(mode, CIDRs) for the sandbox. `api` is narrowed to the endpoints' addresses resolved
+        now; a provider whose allow list cannot express them refuses `api` (a `config`
+        SandboxError), never widening it to full egress. `host` is the explicit opt-in."""
+        from sweep.providers.base import SandboxError
+        from sweep.providers.local.network import network_mode
+        from sweep.providers.remote import resolve_allow_list
+        try:
+            mode = network_mode(spec.network)
+        except Exception as exc:
+            raise SandboxError(f"{self.name}: {exc}", error_class="config", field="network") from None
+        if mode != "api":
+            return mode, ()
+        families = tuple(getattr(self.sandboxes, "network_allow_families", ()) or ())
+        if not families:
+            raise SandboxError(f"provider {self.name} cannot restrict a sandbox's egress to given addresses, so "
+                               "network 'api' is refused on it (use network 'none', or a provider with an "
+                               "allow list: daytona, modal)", error_class="config", field="network")
+        return mode, resolve_allow_list(spec.endpoints, provider=self.name, families=families)
 
     # --- one command -------------------------------------------------------------------------
 
@@ -116,15 +144,18 @@ class ContainerRunner:
         for name, src in spec.secret_env.items():       # read at launch, sent with the exec only
             env[name] = read_secret(name, src if isinstance(src, FromEnv) else Path(src))
         stdin = Path(spec.stdin_path).read_bytes() if spec.stdin_path else None
-        network = spec.network if isinstance(spec.network, str) else ("api" if spec.network else "none")
+        network, allow = self._network(spec)
         tags = new_tags(**self.ids)  # type: ignore[arg-type]
         sandbox = SandboxSpec(name=sandbox_name(tags), tags=tags, dockerfile=self.dockerfile, cpu=self.cpu,
                               memory_mb=self.memory_mb, timeout_s=int(math.ceil(spec.timeout_s)) + 900,
                               idle_timeout_s=int(math.ceil(spec.timeout_s)) + 900, agent_cli=self.agent_cli,
-                              network_block_all=network == "none")
+                              network_block_all=network == "none" or (network == "api" and not allow),
+                              network_allow=allow)
         handle = create_with_receipt(self.sandboxes, sandbox, self.run_dir,
                                      getattr(self.sandboxes, "receipt_options", None))
         self.handles.append(handle.image)
+        self.network_policies.append({"network": network, "endpoints": list(spec.endpoints),
+                                      "network_allow": list(allow), "block_all": sandbox.network_block_all})
         try:
             self.sandboxes.upload_archive(handle, stage, REMOTE_ROOT)
             result = self.sandboxes.exec(handle, argv, cwd=self.remote(spec.cwd), env=env, stdin=stdin,
@@ -162,6 +193,7 @@ class ContainerRunner:
         return ExecResult(rc=result.rc, timed_out=result.timed_out, duration_s=time.monotonic() - started,
                           stdout_tail=out[-TAIL:], stderr_tail=err[-TAIL:], isolation="container",
                           argv=argv, env_names=sorted(env), network=network,
+                          endpoints=list(spec.endpoints) if network == "api" else [], network_allow=list(allow),
                           stopped=getattr(result, "stopped", None))
 
 

@@ -25,6 +25,7 @@ from sweep.providers.base import (ExecSpec, SandboxError, SandboxExecResult, San
 class LocalSandboxes:
     name = "local"
     environment_fidelity = "host"
+    network_allow_families: tuple[int, ...] = ()    # every exec runs with network "none": no allow list
 
     def __init__(self, root: str | Path, isolation: str = "bwrap") -> None:
         from sweep.providers.local import LocalProvider

@@ -56,3 +56,48 @@ class ClassifiedCalls:
             return fn(*a, **kw)
         except self.sdk_error as exc:
             raise self._error(what, exc) from None
+
+
+def resolve_allow_list(endpoints: list[str] | tuple[str, ...], *, provider: str,
+                       families: tuple[int, ...]) -> tuple[str, ...]:
+    """Network `api` on a remote provider: the configured endpoints' hosts resolved NOW (at create
+    time) to their addresses, as /32 (IPv4) or /128 (IPv6) CIDRs, sorted and de-duplicated.
+    `families` are the IP versions the provider's allow list can express (Daytona: 4; Modal: 4, 6).
+
+    A `config` SandboxError names the endpoint, never a silent full egress: an entry that is not
+    HOST:PORT, the NAME:PORT=HOST:PORT mapping form (no relay runs remotely: the sandbox would
+    connect to NAME itself), a loopback address or `localhost` (the sandbox's own, not ours), a
+    host that does not resolve, or one with no address of a family the provider can express.
+    An empty list of endpoints is an empty allow list: the caller blocks all network instead."""
+    import ipaddress
+    import socket
+
+    from sweep.providers.local.network import _host_port
+    out: set[str] = set()
+    for entry in endpoints:
+        if not isinstance(entry, str) or "=" in entry:
+            raise SandboxError(f"{provider}: endpoint {entry!r}: the NAME:PORT=HOST:PORT form maps a name to "
+                               "a host-side target through the local relay, which remote sandboxes do not have; "
+                               "give the endpoint's real HOST:PORT", error_class="config", field="endpoints")
+        try:
+            host, port = _host_port(entry.strip(), "")
+        except Exception as exc:          # a ConfigError naming the entry
+            raise SandboxError(f"{provider}: {exc}", error_class="config", field="endpoints") from None
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise SandboxError(f"{provider}: endpoint {entry!r}: the host {host!r} does not resolve "
+                               f"({exc}); network 'api' needs its addresses for the provider's allow list",
+                               error_class="config", field="endpoints") from None
+        addresses = {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
+        if host == "localhost" or any(a.is_loopback for a in addresses):
+            raise SandboxError(f"{provider}: endpoint {entry!r} is a loopback address: from a remote sandbox it "
+                               "is the sandbox's own, not this host's", error_class="config", field="endpoints")
+        usable = {a for a in addresses if a.version in families}
+        if not usable:
+            raise SandboxError(f"{provider}: endpoint {entry!r}: {host!r} has no "
+                               f"{' or '.join(f'IPv{f}' for f in families)} address (got "
+                               f"{', '.join(sorted(map(str, addresses)))}); the provider's allow list cannot "
+                               "express it", error_class="config", field="endpoints")
+        out.update(f"{a}/{a.max_prefixlen}" for a in usable)
+    return tuple(sorted(out, key=lambda c: (ipaddress.ip_network(c).version, ipaddress.ip_network(c))))

@@ -208,6 +208,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
         "executed_argv": [_scrub(a, secrets) for a in outcome.argv], "env_names": outcome.env_names,
         "isolation_note": getattr(provider, "isolation_note", ""), "unrestored": unrestored,
         "network": outcome.network, "endpoints": outcome.endpoints,
+        "network_allow": getattr(outcome, "network_allow", []),
         "limit_hit": outcome.limit_hit, "limits_enforced": outcome.limits_enforced,
         "transcript": {"stdout": files.stdout.name, "stderr": files.stderr.name},
     })

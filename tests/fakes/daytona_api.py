@@ -12,7 +12,8 @@ each) and answers it active at once; a sandbox created from a snapshot records w
 own standing for the container: the host's /usr, /etc (read-only) as the image's toolchain, and
 the sandbox's directory tree at `/` for everything else (`/sweep/...` is `<sandbox dir>/sweep/...`),
 so absolute paths mean what they would in the container, the host's files are out of reach, and
-a sandbox created with `networkBlockAll` has no network.
+a sandbox created with `networkBlockAll` has no network. A `networkAllowList` is recorded and
+echoed, NOT enforced (the sandbox keeps the host's network): tests assert what was asked.
 
 Faults are scripted per request: `fail(status, times, path_contains)` answers the next matching
 requests with that HTTP status (429, 503, 401, ...). A wrong bearer token is always a 401.
@@ -86,7 +87,8 @@ class FakeDaytona:
         return {
             "id": sid, "organizationId": "org-fake", "name": body.get("name") or sid, "user": "root",
             "env": body.get("env") or {}, "labels": body.get("labels") or {}, "public": False,
-            "networkBlockAll": bool(body.get("networkBlockAll")), "kvm": False, "target": body.get("target") or "us",
+            "networkBlockAll": bool(body.get("networkBlockAll")), "networkAllowList": body.get("networkAllowList"),
+            "kvm": False, "target": body.get("target") or "us",
             "cpu": body.get("cpu") or 1, "gpu": body.get("gpu") or 0, "memory": body.get("memory") or 1,
             "disk": body.get("disk") or 3, "state": "started",
             "autoStopInterval": body.get("autoStopInterval"), "autoDeleteInterval": body.get("autoDeleteInterval"),

@@ -10,6 +10,8 @@ lazy registry in sweep/providers/__init__.py), so `sweep status` never imports i
 - Provider-side caps are always set: `auto_stop_interval` (idle minutes), `auto_delete_interval=0`
   (deleted as soon as it stops) and `ttl_minutes` (wall-clock cap from creation), so a lost
   controller cannot leak a sandbox for longer than its walltime.
+- Network: `network_block_all` for "none"; for "api" `network_allow_list`, the endpoints' IPv4
+  addresses as /32 CIDRs resolved at create time (sweep/providers/remote.py resolve_allow_list).
 - Errors become SandboxError with an error class: 429 or "too many requests"/"capacity"/"limit
   exceeded" -> throttle; 5xx or no HTTP answer at all (connection refused) -> outage; 401/403 ->
   config; anything else (400, 404, 409, 422, build failure, create timeout) -> failure.
@@ -38,7 +40,7 @@ from daytona import (CreateSandboxFromImageParams, CreateSandboxFromSnapshotPara
                      DaytonaConfig, DaytonaError, Image, ListSandboxesQuery, Resources, SessionExecuteRequest)
 
 from sweep.providers.base import (GpuRequest, SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo,
-                                  SandboxSpec, TerminateOutcome, check_tags)
+                                  SandboxSpec, TerminateOutcome, check_tags, network_policy)
 from sweep.providers.image import image_spec
 from sweep.providers.remote import ClassifiedCalls, key_location, read_key
 
@@ -80,6 +82,7 @@ class DaytonaProvider(ClassifiedCalls):
     sdk_error = DaytonaError
     environment_fidelity = "container"
     isolation = "container"
+    network_allow_families: tuple[int, ...] = (4,)   # `network_allow_list`: comma-separated IPv4 CIDRs
 
     def __init__(self, *, api_url: str | None = None, api_key_file: str | os.PathLike[str] | None = None,
                  api_key_env: str = "DAYTONA_API_KEY", target: str = "us",
@@ -141,6 +144,8 @@ class DaytonaProvider(ClassifiedCalls):
                               gpu_type=_gpu_type(spec.gpu))
         common: dict[str, Any] = dict(
             name=spec.name, labels=dict(spec.tags), env_vars=dict(spec.env), network_block_all=spec.network_block_all,
+            network_allow_list=",".join(spec.network_allow) if spec.network_allow and not spec.network_block_all
+            else None,
             auto_stop_interval=max(1, math.ceil((spec.idle_timeout_s or spec.timeout_s) / 60)),
             auto_delete_interval=0, ttl_minutes=max(1, math.ceil(spec.timeout_s / 60)))
         params: Any
@@ -166,7 +171,9 @@ class DaytonaProvider(ClassifiedCalls):
                     except DaytonaError:
                         pass         # reconcile finds it by its tags
                 raise self._error("create failed", exc) from None
-        return SandboxHandle(provider=self.name, sandbox_id=sb.id, name=sb.name, tags=dict(spec.tags), image=image)
+        return SandboxHandle(provider=self.name, sandbox_id=sb.id, name=sb.name, tags=dict(spec.tags), image=image,
+                             network=network_policy(spec),
+                             network_allow=() if spec.network_block_all else tuple(spec.network_allow))
 
     def _sandbox(self, handle: SandboxHandle) -> Any:
         return self._call("find the sandbox", self.client.get, handle.sandbox_id)

@@ -8,6 +8,8 @@ Imported only when a plan or `sweep reconcile` names `modal` (the lazy registry)
   keep-alive entrypoint and the sweep tags at create time, and always carry Modal's `timeout`
   (hard lifetime) and `idle_timeout`. `MODAL_MAX_THROTTLE_WAIT` is set (if unset) so throttling
   surfaces as ResourceExhaustedError instead of retrying forever.
+- Network: `block_network` for "none"; for "api" `outbound_cidr_allowlist`, the endpoints'
+  addresses as /32 or /128 CIDRs resolved at create time (remote.resolve_allow_list).
 - Create is idempotent on the name: AlreadyExistsError -> `Sandbox.from_name`, accepted only when
   its instance tag is ours.
 - Errors: ResourceExhaustedError -> throttle; ConnectionError, ServiceError, InternalError ->
@@ -33,7 +35,7 @@ import modal
 import modal.exception as mexc
 
 from sweep.providers.base import (SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo, SandboxSpec,
-                                  TerminateOutcome, check_tags, sandbox_name)
+                                  TerminateOutcome, check_tags, network_policy, sandbox_name)
 from sweep.providers.image import image_spec
 from sweep.providers.remote import ClassifiedCalls, key_location, read_key
 
@@ -45,6 +47,12 @@ STOP_TREE = ('s() { local c; kill -STOP "$1" 2>/dev/null; for c in $(cat /proc/$
 _ENV_LOCK = threading.Lock()
 UPLOAD_NAME = ".sweep-upload.tar.gz"
 DOWNLOAD_NAME = ".sweep-download.tar.gz"
+
+
+def _net(spec: SandboxSpec) -> dict[str, Any]:
+    """The network policy recorded on the handle: what Modal was asked to enforce."""
+    return {"network": network_policy(spec),
+            "network_allow": () if spec.network_block_all else tuple(spec.network_allow)}
 
 
 def classify(exc: BaseException) -> str:
@@ -62,6 +70,7 @@ class ModalProvider(ClassifiedCalls):
     sdk_error = mexc.Error
     environment_fidelity = "container"
     isolation = "container"
+    network_allow_families: tuple[int, ...] = (4, 6)  # `outbound_cidr_allowlist`
 
     def __init__(self, *, app_name: str = "sweep", server_url: str | None = None,
                  token_id_file: str | None = None, token_secret_file: str | None = None,
@@ -130,7 +139,9 @@ class ModalProvider(ClassifiedCalls):
                 tags=dict(spec.tags), timeout=int(spec.timeout_s),
                 idle_timeout=int(spec.idle_timeout_s) if spec.idle_timeout_s else None,
                 cpu=float(spec.cpu), memory=int(spec.memory_mb), gpu=gpu, env=dict(spec.env) or None,
-                block_network=spec.network_block_all)
+                block_network=spec.network_block_all,
+                outbound_cidr_allowlist=list(spec.network_allow) if spec.network_allow and not spec.network_block_all
+                else None)
         except mexc.AlreadyExistsError:
             # a retried create after a lost answer: the name is ours only if a sandbox with our
             # instance tag and this name is running
@@ -139,11 +150,11 @@ class ModalProvider(ClassifiedCalls):
                 raise SandboxError(f"modal: the name {spec.name} is taken by another sandbox",
                                    error_class="failure") from None
             return SandboxHandle(provider=self.name, sandbox_id=mine[0].sandbox_id, name=spec.name, image=identity,
-                                 tags=dict(spec.tags))
+                                 tags=dict(spec.tags), **_net(spec))
         except mexc.Error as exc:
             raise self._error("create failed", exc) from None
         return SandboxHandle(provider=self.name, sandbox_id=sb.object_id, name=spec.name, tags=dict(spec.tags),
-                             image=identity)
+                             image=identity, **_net(spec))
 
     def _sandbox(self, sandbox_id: str) -> Any:
         return self._call("find the sandbox", modal.Sandbox.from_id, sandbox_id, client=self.client)

@@ -30,6 +30,12 @@ def test_session_lines_from_the_session_records(tmp_path):
     bad.mkdir()
     (bad / "argv.json").write_text(json.dumps(launch))
     (bad / "result.json").write_text(json.dumps({"status": ["ok"]}))
+    remote = sessions / "0005-solver"            # on a remote provider: the allow list it was given
+    remote.mkdir()
+    (remote / "result.json").write_text(json.dumps({"role": "solver", "runtime": "command", "status": "ok",
+                                                    "isolation": "container", "network": "api",
+                                                    "endpoints": ["api.example.com:443"],
+                                                    "network_allow": ["203.0.113.7/32", "203.0.113.8/32"]}))
     out = sweep("show", "pr-000", "--campaign", str(d)).stdout
     lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith("  000")}
     assert lines["0001-author"].split()[1:3] == ["claude-code", "ok"], out
@@ -39,3 +45,5 @@ def test_session_lines_from_the_session_records(tmp_path):
     assert lines["0003-solver"].split()[1:3] == ["oracle", "failed"] and "network ?" in lines["0003-solver"]
     assert "result.json unreadable" in lines["0004-author"] and "status" in lines["0004-author"], out
     assert lines["0004-author"].split()[1:3] == ["claude-code", "running?"]
+    assert ("isolation container  network api (api.example.com:443, allow 203.0.113.7/32 203.0.113.8/32)"
+            in lines["0005-solver"]), out

@@ -127,6 +127,7 @@ class SessionRecord(Evidence):
     isolation: str = ""               # "bwrap" | "none"
     network: str | bool | None = None     # none | api | host (a bool in files of older sweeps)
     endpoints: list[str] = Field(default_factory=list)
+    network_allow: list[str] = Field(default_factory=list)   # remote provider, "api": the CIDRs it was given
 
 
 class SessionLaunch(Evidence):

@@ -116,3 +116,23 @@ def test_a_config_or_plain_failure_of_the_provider_is_classified_not_a_crash(tmp
     assert "unexpected" not in (rec.last_error or "") and rec.outcome is None
     # config: a park (no attempt spent); failure: the attempt fails
     assert rec.attempts == (0 if status == 401 else 1), rec
+
+
+def test_a_remote_solver_asking_for_api_it_cannot_narrow_parks_with_a_config_reason(tmp_path, fake):
+    """network "api" to a loopback endpoint on daytona: refused before any sandbox is created
+    (never widened to full egress); the run parks naming the endpoint, no attempt spent."""
+    from runstate.models import RunState
+    from tests.fakes.runs import wait_until
+    opts = json.loads(json.dumps(COMMAND_SOLVER))
+    opts["runtime_options"]["solver"].update(network="api", endpoints=["127.0.0.1:9"])
+    d = campaign(tmp_path, fake, {"pr-ok": "verified"}, {"pr-ok": opts})
+    sweep("tick", "--campaign", str(d))
+    wait_until("the run to park", lambda: record(d, "pr-ok").state is RunState.queued
+               and "127.0.0.1:9" in (record(d, "pr-ok").last_error or ""), 240)
+    rec = record(d, "pr-ok")
+    assert "configuration error" in rec.last_error and "loopback" in rec.last_error, rec
+    assert rec.outcome is None and rec.attempts == 0 and "unexpected" not in rec.last_error
+    solver = [b for m, p, b in fake.requests if m == "POST" and p.rstrip("/").endswith("/sandbox") and b
+              and b.get("labels", {}).get("sweep.role") == "solver"]
+    assert solver == []          # the gates' sandboxes were created; the solver's never was
+    assert fake.live() == []

@@ -225,8 +225,9 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
         raise
     except SandboxError as exc:
         # the remote provider's trouble (the session ran, or began to, in the task's image): the
-        # reservation is charged whole, since what the agent spent before it cannot be known
-        ctx.budget.settle(op_id, amount)
+        # reservation is charged whole, since what the agent spent before it cannot be known;
+        # unless it was refused before any sandbox existed (nothing_ran: nothing was spent)
+        ctx.budget.settle(op_id, 0.0 if exc.nothing_ran else amount)
         ctx.event("session_done", phase=ctx.record.phase.value, detail=f"{op_id}: provider: {exc}")
         raise _provider_trouble(ctx, role, _options(ctx).provider, exc) from None
     except (ConfigError, ProviderError) as exc:

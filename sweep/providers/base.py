@@ -167,3 +167,4 @@ class SandboxError(ProviderError):
             raise ValueError(f"unknown error class {error_class!r}")
         self.error_class = error_class
         self.evidence = evidence
+        self.nothing_ran = False       # refused before anything was created (e.g. network "api" it cannot narrow)

@@ -33,8 +33,8 @@ import uuid
 from pathlib import Path
 
 from runstate.atomic import make_private_dir, write_atomic
-from sweep.providers.base import (ExecResult, ExecSpec, FromEnv, OutputChannel, SandboxSpec, read_secret,
-                                  sandbox_name)
+from sweep.providers.base import (ExecResult, ExecSpec, FromEnv, OutputChannel, SandboxError, SandboxSpec,
+                                  read_secret, sandbox_name)
 from sweep.providers.receipts import create_with_receipt, new_tags, terminate_with_receipt
 
 REMOTE_ROOT = "/sweep/run"
@@ -95,7 +95,6 @@ class ContainerRunner:
         """(mode, CIDRs) for the sandbox. `api` is narrowed to the endpoints' addresses resolved
         now; a provider whose allow list cannot express them refuses `api` (a `config`
         SandboxError), never widening it to full egress. `host` is the explicit opt-in."""
-        from sweep.providers.base import SandboxError
         from sweep.providers.local.network import network_mode
         from sweep.providers.remote import resolve_allow_list
         try:
@@ -144,7 +143,11 @@ class ContainerRunner:
         for name, src in spec.secret_env.items():       # read at launch, sent with the exec only
             env[name] = read_secret(name, src if isinstance(src, FromEnv) else Path(src))
         stdin = Path(spec.stdin_path).read_bytes() if spec.stdin_path else None
-        network, allow = self._network(spec)
+        try:
+            network, allow = self._network(spec)
+        except SandboxError as exc:
+            exc.nothing_ran = True       # refused before any sandbox existed: nothing to charge
+            raise
         tags = new_tags(**self.ids)  # type: ignore[arg-type]
         sandbox = SandboxSpec(name=sandbox_name(tags), tags=tags, dockerfile=self.dockerfile, cpu=self.cpu,
                               memory_mb=self.memory_mb, timeout_s=int(math.ceil(spec.timeout_s)) + 900,

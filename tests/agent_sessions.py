@@ -48,7 +48,7 @@ def workspace_for(tmp_path: Path, role: str) -> Path:
 
 def run_agent(tmp_path: Path, role: str | RoleSpec, runtime: str, options: dict, *, prompt: str = "do the task",
               secrets: dict | None = None, workspace: Path | None = None, isolation: str = "bwrap",
-              session_name: str = "0001"):
+              session_name: str = "0001", limits=None):
     if isinstance(role, str):
         spec, sha = shipped(role)
     else:
@@ -62,7 +62,7 @@ def run_agent(tmp_path: Path, role: str | RoleSpec, runtime: str, options: dict,
         secrets = {name: key}
     req = SessionRequest(role=spec, manifest_sha256=sha, runtime=runtime, runtime_options=options,
                          workspace=ws, session_dir=tmp_path / "run" / "sessions" / f"{session_name}-{spec.name}",
-                         prompt=prompt, inputs={}, secrets=secrets)
+                         prompt=prompt, inputs={}, secrets=secrets, limits=limits)
     return run_session(req, LocalProvider(isolation=isolation, kill_grace_s=1.0)), req
 
 

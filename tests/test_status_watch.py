@@ -118,9 +118,15 @@ def test_piped_status_is_plain_text_and_filters_cut_the_lists(campaign, tmp_path
     proc = subprocess.Popen([sys.executable, "-m", "sweep", "status", "--watch", "--interval", "0.2",
                              "--campaign", str(campaign)], cwd=REPO, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PATH": env_path})
-    time.sleep(2.0)
+    assert proc.stdout is not None
+    seen: list[str] = []
+    while sum(line.startswith("--- ") for line in seen) < 3:  # three refreshes, however slow the machine
+        line = proc.stdout.readline()
+        assert line, f"status --watch ended early: {''.join(seen)!r}"
+        seen.append(line)
     proc.send_signal(2)                                      # SIGINT, as Ctrl-C
-    text, _ = proc.communicate(timeout=20)
+    rest, _ = proc.communicate(timeout=60)
+    text = "".join(seen) + rest
     assert proc.returncode == 0
     assert text.count("--- ") >= 3 and "\x1b" not in text and "[#" not in text
     assert not mark.exists()

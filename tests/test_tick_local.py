@@ -233,7 +233,7 @@ def test_not_a_campaign_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("options, field", [
-    ({"provider": "modal"}, "candidates.1.options.provider"),
+    ({"provider": "no-such-provider"}, "candidates.1.options.provider"),
     ({"runtimes": {"solver": "no-such-agent"}}, "candidates.1.options.runtimes.solver"),
 ])
 def test_init_refuses_a_provider_or_runtime_it_cannot_run(tmp_path, options, field):
@@ -241,7 +241,9 @@ def test_init_refuses_a_provider_or_runtime_it_cannot_run(tmp_path, options, fie
     plan["candidates"][1]["options"] = options
     r = sweep("init", str(write_plan(tmp_path / "p.json", plan)), "--campaign", str(tmp_path / "c"),
               check=False)
-    assert r.returncode == 2 and field in r.stderr and "not available" in r.stderr, r.stderr
+    # an unknown runtime is "not available"; an unknown provider names the ones that exist
+    expected = "'local', 'modal' or 'daytona'" if field.endswith("provider") else "not available"
+    assert r.returncode == 2 and field in r.stderr and expected in r.stderr, r.stderr
     assert not (tmp_path / "c").exists()
 
 

@@ -11,6 +11,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -27,14 +28,19 @@ def outage_path(campaign: Path, role: str) -> Path:
     return Path(campaign) / f"outage-{validate_role(role)}.json"
 
 
+def _cooldown_fields(kind: str, detail: str | None, now: float | None, stamped_by: str | None,
+                     cooldown_s: float | None) -> dict[str, Any]:
+    """The fields a role's and a provider's cooldown stamp share; the cooldown is decided now."""
+    return {"kind": kind, "detail": detail, "stamped_at": time.time() if now is None else now,
+            "cooldown_s": COOLDOWNS[kind] if cooldown_s is None else cooldown_s,
+            "stamped_by": stamped_by or f"{socket.gethostname()}.{os.getpid()}"}
+
+
 def stamp_outage(campaign: Path, role: str, kind: str, detail: str | None = None, *,
                  now: float | None = None, stamped_by: str | None = None,
                  cooldown_s: float | None = None) -> OutageStamp:
     """Record that `role` hit an outage or throttle; the cooldown is decided now, at stamp time."""
-    now = time.time() if now is None else now
-    stamp = OutageStamp(role=role, kind=kind, detail=detail, stamped_at=now,  # type: ignore[arg-type]  # pydantic checks the Literal
-                        cooldown_s=COOLDOWNS[kind] if cooldown_s is None else cooldown_s,
-                        stamped_by=stamped_by or f"{socket.gethostname()}.{os.getpid()}")
+    stamp = OutageStamp(role=role, **_cooldown_fields(kind, detail, now, stamped_by, cooldown_s))
     _write_marker(outage_path(campaign, role), stamp)
     return stamp
 
@@ -77,10 +83,7 @@ def stamp_provider(campaign: Path, provider: str, kind: str, detail: str | None 
                    cooldown_s: float | None = None) -> ProviderStamp:
     """Record that remote provider `provider` is down (outage) or refusing us (throttle): the tick
     admits no run that needs it until the cooldown passes, then one canary (docs/providers.md)."""
-    now = time.time() if now is None else now
-    stamp = ProviderStamp(provider=provider, kind=kind, detail=detail, stamped_at=now,  # type: ignore[arg-type]  # pydantic checks the Literal
-                          cooldown_s=COOLDOWNS[kind] if cooldown_s is None else cooldown_s,
-                          stamped_by=stamped_by or f"{socket.gethostname()}.{os.getpid()}")
+    stamp = ProviderStamp(provider=provider, **_cooldown_fields(kind, detail, now, stamped_by, cooldown_s))
     _write_marker(provider_outage_path(campaign, provider), stamp)
     return stamp
 

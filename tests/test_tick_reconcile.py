@@ -27,7 +27,7 @@ from runstate.runs import load_record, run_dir
 from sweep.campaign import Campaign
 from sweep.sandbox_marker import UNCERTAIN_FILE, read_uncertain
 from tests.campaigns import payload_plan, status_json, sweep, write_plan
-from tests.test_reconcile import Remote
+from tests.test_reconcile import Remote, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,16 +61,6 @@ def remote(request, tmp_path, monkeypatch):
     r = Remote(request.param, tmp_path, monkeypatch)
     yield r
     r.fake.stop()
-
-
-def wait_for(pred, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _campaign(remote, tmp_path, **tick):

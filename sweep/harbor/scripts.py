@@ -53,9 +53,25 @@ if [ "${#TEST_CMD[@]}" -ge 3 ] && [ "${TEST_CMD[1]}" = "-m" ] && [ "${TEST_CMD[2
   TEST_CMD=("${TEST_CMD[0]}" "$TESTS_DIR/sweep_unittest_junit.py" "$JUNIT_XML" "${TEST_CMD[@]:3}")
 fi
 
-"${TEST_CMD[@]}" > "$LOGS_DIR/verifier/test-output.txt" 2>&1
+OUTPUT="$LOGS_DIR/verifier/test-output.txt"
+"${TEST_CMD[@]}" > "$OUTPUT" 2>&1
 status=$?
-tail -c 20000 -- "$LOGS_DIR/verifier/test-output.txt"
+size=$(wc -c < "$OUTPUT")
+# Output that reached the file-size bound of the sandbox (bash's `ulimit -f` counts 1024-byte blocks)
+# was cut short by it: the tests' exit status then says nothing about the code, so no reward.
+fsize=$(ulimit -f)
+if [ "$fsize" != "unlimited" ] && [ "$size" -ge $((fsize * 1024)) ]; then
+  rm -f -- "$REWARD_FILE"
+  echo "sweep test.sh: the test output reached the file-size bound ($size bytes); no reward" >&2
+  exit 1
+fi
+# Only the last 1 MiB is kept (the failures and the summary come last), saying how much was cut.
+KEEP=1048576
+if [ "$size" -gt "$KEEP" ]; then
+  { printf '[sweep test.sh: the first %s bytes of the test output were cut here]\n' "$((size - KEEP))"
+    tail -c "$KEEP" -- "$OUTPUT"; } > "$OUTPUT.cut" && mv -f -- "$OUTPUT.cut" "$OUTPUT"
+fi
+tail -c 20000 -- "$OUTPUT"
 if [ "$status" -eq 0 ]; then
   printf '1\n' > "$REWARD_FILE"
 else

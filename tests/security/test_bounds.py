@@ -117,6 +117,30 @@ def test_gate_attack_is_bounded_and_the_trial_says_which_bound(targets, bounds_b
         assert f"hit its {GATE_EXPECTED[attack]} bound" in trial.detail, trial.detail
 
 
+
+@pytest.mark.parametrize("file_mb", [64, 512])
+def test_gate_200mb_of_stdout_is_kept_bounded_and_scored_or_refused(targets, bounds_bundle, file_mb):
+    # PR test code that prints 200 MB and then passes. Under a 512 MB file bound the gate scores as
+    # the tests do and only the output's last 1 MiB is kept, the cut said; under 64 MB the output
+    # was cut short by the bound, so the tests' exit status means nothing: no reward, the bound named
+    work = targets.campaign / "runs" / "bounds-gate" / "work" / f"gates-stdout-{file_mb}"
+    limits = Limits(memory_bytes=256 * MB, processes=64, file_bytes=file_mb * MB, workspace_bytes=600 * MB,
+                    transcript_bytes=1 * MB, tmp_bytes=64 * MB)
+    trial = run_trial(bounds_bundle, "reference", provider=LocalProvider(isolation="bwrap", kill_grace_s=1.0),
+                      workdir=work, timeout_s=120, env={"ATTACK": "stdout"}, limits=limits)
+    kept = work / "logs" / "verifier" / "test-output.txt"
+    if file_mb == 64:
+        assert trial.reward is None and "reached the file-size bound" in trial.detail, trial.detail
+        return
+    assert trial.reward == 1.0, trial.detail
+    out = kept.read_bytes()
+    assert len(out) <= MB + 200, len(out)
+    assert out.startswith(b"[sweep test.sh: the first ") and b"bytes of the test output were cut here]" in out
+    assert b"END-OF-OUTPUT" in out
+    stored = sum(p.stat().st_size for p in (work / "logs").rglob("*") if p.is_file())
+    assert stored < 2 * MB, stored
+
+
 def test_gate_without_an_attack_still_scores_1_under_the_small_bounds(targets, bounds_bundle):
     work = targets.campaign / "runs" / "bounds-gate" / "work" / "gates-none"
     trial = run_trial(bounds_bundle, "reference", provider=LocalProvider(isolation="bwrap", kill_grace_s=1.0),

@@ -54,3 +54,47 @@ def test_a_fifo_left_by_the_solver_ends_the_rollout_with_the_reason(targets):
     rollout = solve["rollouts"][0]
     assert rollout["reward"] is None and rollout["detail"] == "unsafe_workspace", rollout
     assert not [e for e in events(camp, "fifo") if e["kind"] == "attempt_failed"]
+
+
+GATE_BOUND_TEST = '''import os
+import unittest
+
+ATTACK = {code!r}
+
+
+class Exhausts(unittest.TestCase):
+    def test_exhausts_a_bound(self):
+        os.chdir(os.path.dirname(os.environ["REPO_DIR"]))   # the attack writes under repo/
+        exec(ATTACK, {{}})
+'''
+# what the ending's detail says for each attack (the gate's trial names the bound it hit)
+GATE_BOUND_DETAIL = {"memory": "hit its memory bound", "fork": "hit its processes bound",
+                     "disk": "hit its workspace_bytes bound", "stdout": "reached the file-size bound"}
+
+
+def test_prs_whose_tests_exhaust_a_bound_end_gates_failed_naming_the_bound(targets):
+    """One campaign, one PR per attack (its test allocates 2 GiB, forks without end, writes 600 MB,
+    prints 200 MB) under small plan bounds: each run ends `gates_failed` (the reference solution
+    cannot score 1 when its tests are stopped) with the bound in the ending's detail, report.md and
+    `sweep show`; the host is untouched and nothing is left running."""
+    from tests.security.test_bounds import ATTACKS
+    root = targets.root / "e2e-gate-bounds"
+    candidates = [candidate(name, make_verified_pr(root / "repos" / name, name, extra_files={
+        "tests/test_exhausts.py": GATE_BOUND_TEST.format(code=ATTACKS[name])})) for name in GATE_BOUND_DETAIL]
+    limits = {"memory_mb": 256, "processes": 64, "file_mb": 64, "workspace_mb": 100, "transcript_kb": 1024,
+              "tmp_mb": 64}
+    plan = local_plan(candidates, limits=limits)
+    camp = targets.campaign.parent / "e2e-gate-bounds-campaign"
+    sweep("init", str(write_plan(root / "plan.json", plan)), "--campaign", str(camp))
+    tick_until_done(camp, timeout=420)
+    for name, said in GATE_BOUND_DETAIL.items():
+        rec = record(camp, name)
+        assert rec.outcome is Outcome.generated_unverified and rec.reason == "gates_failed", (name, rec.reason,
+                                                                                                rec.last_error)
+        assert rec.attempts == 0, f"{name}: a bound hit by the PR's tests cost an attempt"
+        ending = [e for e in events(camp, name) if e["kind"] == "ended"][-1]
+        assert said in ending["detail"], (name, ending["detail"])
+        assert said in (camp / "runs" / name / "report.md").read_text()
+        assert said in sweep("show", name, "--campaign", str(camp)).stdout
+    fills = sum(p.stat().st_size for p in (camp / "runs" / "disk").rglob("fill*") if p.is_file())
+    assert fills < 400 << 20, f"{fills} bytes of the 600 MB fill were kept"

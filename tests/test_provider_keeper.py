@@ -134,3 +134,32 @@ def test_a_daemon_left_by_a_finished_unsandboxed_run_is_ended_with_it(root):
     assert out.rc == 0 and "done" in out.stdout_tail, out
     assert (ws / "daemon-up").exists()
     wait_until("the daemon to be gone", lambda: not processes_under(ws), 10)
+
+
+def test_a_killed_keeper_takes_the_sandbox_with_it_and_the_provider_returns(root):
+    """The keeper sits in the run's cgroup, so the cgroup's OOM killer could pick it (or anyone
+    could kill it): the sandbox under it must end with it (bwrap's parent-death signal is armed
+    against the keeper), and the provider must return a result for the run, not wait for it."""
+    import threading
+
+    from sweep.providers.base import ExecSpec
+    from sweep.providers.local import LocalProvider
+    ws = root / "keeper-killed"
+    ws.mkdir()
+    results: list = []
+
+    def run() -> None:
+        results.append(LocalProvider(isolation="bwrap", kill_grace_s=1.0).run(ExecSpec(
+            argv=[sys.executable, "-c", "import time\nopen('up', 'w').close()\ntime.sleep(120)"], cwd=ws,
+            timeout_s=120, write_paths=(ws,))))
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    wait_until("the sandboxed program to be up", lambda: (ws / "up").exists(), 60)
+    keepers = [pid for pid in processes_under(ws) if b"keeper.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(keepers) == 1, keepers
+    os.kill(keepers[0], signal.SIGKILL)
+    worker.join(60)
+    assert not worker.is_alive(), "the provider is still waiting for a run whose keeper was killed"
+    out = results[0]
+    assert out.rc != 0, out                          # the run did not end as the program would have
+    wait_until("nothing of the run left", lambda: not processes_under(ws), 20)

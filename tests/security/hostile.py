@@ -83,6 +83,21 @@ def try_write(name, path):
         report(name, False, f"{type(exc).__name__} {exc.strerror}")
 
 
+def try_list_host(name, paths):
+    """Host directories the view must not show (absent, or empty stand-ins). The one thing a
+    session with network `api` has under /run is sweep's own relay directory, /run/sweep-net (its
+    sockets reach only the relay, which reaches only the configured endpoints)."""
+    shown = {}
+    for path in paths:
+        try:
+            entries = sorted(set(os.listdir(path)) - ({"sweep-net"} if path in ("/run", "/var/run") else set()))
+        except OSError:
+            continue
+        if entries:
+            shown[path] = entries[:10]
+    report(name, bool(shown), f"listed {shown}" if shown else f"none of {paths} exists")
+
+
 def try_sbatch(name, slurm_conf, marker):
     env = dict(os.environ, SLURM_CONF=slurm_conf) if slurm_conf else dict(os.environ)
     try:
@@ -97,6 +112,9 @@ ATTACKS = {
     "read_operator_home": lambda t: try_read("read_operator_home", t["home_canary"]),
     "read_key_file": lambda t: try_read("read_key_file", t["key_file"]),
     "read_shadow": lambda t: try_read("read_shadow", "/etc/shadow"),
+    "read_munge_key": lambda t: try_read("read_munge_key", "/etc/munge/munge.key"),
+    "list_host_dirs": lambda t: try_list_host("list_host_dirs", ["/run", "/var/run", "/etc/slurm", "/etc/munge",
+                                                                 "/home", "/var/lib", "/var/spool"]),
     "list_campaign_runs": lambda t: try_list("list_campaign_runs", t["runs_dir"], t.get("own_run", "")),
     "read_other_run": lambda t: try_read("read_other_run", t["other_run_file"]),
     "read_run_events": lambda t: try_read("read_run_events", t["run_events"]),

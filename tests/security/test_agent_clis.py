@@ -32,7 +32,7 @@ from tests.fakes.runs import candidate, local_plan, record
 from tests.security.conftest import HOSTILE
 
 OPENAI_KEY = "sk-openai-fake-attacks-0123456789"
-ATTACKS = ["read_operator_home", "read_key_file", "read_shadow", "list_campaign_runs", "read_other_run",
+ATTACKS = ["read_operator_home", "read_key_file", "read_shadow", "read_munge_key", "list_host_dirs", "list_campaign_runs", "read_other_run",
            "read_run_events", "read_solution", "connect_run_socket", "connect_munge", "connect_abstract_socket",
            "connect_loopback_tcp", "sbatch", "write_outside_scope", "write_campaign"]
 RUNTIMES = ["claude-code", "codex"]

@@ -49,7 +49,7 @@ def gate_trial(targets):
     return trial, attack_lines(text), text
 
 
-ATTACKS = ["read_operator_home", "read_key_file", "read_shadow", "list_campaign_runs", "read_other_run",
+ATTACKS = ["read_operator_home", "read_key_file", "read_shadow", "read_munge_key", "list_host_dirs", "list_campaign_runs", "read_other_run",
            "connect_run_socket", "connect_abstract_socket", "connect_loopback_tcp", "sbatch",
            "write_outside_scope", "write_campaign"]
 

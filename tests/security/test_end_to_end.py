@@ -98,3 +98,53 @@ def test_prs_whose_tests_exhaust_a_bound_end_gates_failed_naming_the_bound(targe
         assert said in sweep("show", name, "--campaign", str(camp)).stdout
     fills = sum(p.stat().st_size for p in (camp / "runs" / "disk").rglob("fill*") if p.is_file())
     assert fills < 400 << 20, f"{fills} bytes of the 600 MB fill were kept"
+
+
+COMMAND_ROLLOUTS = ["memory", "fork", "disk", "big_file", "fifo", "stdout"]
+COMMAND_SOLVER = '''import json, os, re, sys
+ATTACKS = json.loads(sys.argv[2])
+ROLLOUTS = json.loads(sys.argv[3])
+workspace = sys.argv[1]
+os.chdir(workspace)                                  # the attacks write under repo/
+k = int(re.search(r"solve-r[0-9]{4}-([0-9]+)", workspace).group(1))
+exec(ATTACKS[ROLLOUTS[k]], {})
+'''
+
+
+def test_a_command_solver_exhausting_each_bound_ends_each_rollout_with_the_reason(targets):
+    """The `command` runtime's solver in a whole campaign: one blind rollout per attack (2 GiB
+    allocation, fork bomb, 600 MB of files, a 200 MB file, a FIFO, 200 MB of stdout) under the
+    plan's small bounds. Each rollout ends with its bound's reason in the solve evidence (200 MB of
+    stdout is kept head and tail and the session ends ok, its unchanged repository scoring 0), and
+    the run ends `verified` as it would without the attacks, no attempt spent."""
+    from tests.security.test_bounds import ATTACKS, EXPECTED
+    root = targets.root / "e2e-command-bounds"
+    root.mkdir()
+    script = root / "command_solver.py"
+    script.write_text(COMMAND_SOLVER)
+    src = make_verified_pr(root / "repos", "mathx")
+    solver = {"argv": [sys.executable, str(script), "{workspace}", json.dumps(ATTACKS), json.dumps(COMMAND_ROLLOUTS),
+                       "{tools}", "{max_turns}", "{cost_cap_usd}"], "network": "none"}
+    limits = {"memory_mb": 256, "processes": 64, "file_mb": 64, "workspace_mb": 100, "transcript_kb": 1024,
+              "tmp_mb": 64}
+    plan = local_plan([candidate("bounds", src, runtimes={"solver": "command"}, runtime_options={"solver": solver},
+                                 quality={"max_repairs": 0, "rollouts": len(COMMAND_ROLLOUTS)})], limits=limits)
+    camp = targets.campaign.parent / "e2e-command-bounds-campaign"
+    sweep("init", str(write_plan(root / "plan.json", plan)), "--campaign", str(camp))
+    tick_until_done(camp, timeout=420)
+    rec = record(camp, "bounds")
+    assert rec.outcome is Outcome.verified, (rec.reason, rec.last_error)
+    assert rec.attempts == 0
+    solve = json.loads((camp / "runs" / "bounds" / "evidence" / "solve-r0001.json").read_text())
+    got = {COMMAND_ROLLOUTS[r["rollout"]]: r for r in solve["rollouts"]}
+    assert sorted(got) == sorted(COMMAND_ROLLOUTS)
+    for attack in COMMAND_ROLLOUTS:
+        r = got[attack]
+        if attack == "stdout":
+            assert r["session"] == "ok" and r["reward"] == 0.0, r
+        else:
+            assert r["session"] == "failed" and r["reward"] is None and r["detail"] == EXPECTED[attack], (attack, r)
+    sessions = sorted((camp / "runs" / "bounds" / "sessions").glob("*-solver"))
+    assert len(sessions) == len(COMMAND_ROLLOUTS)
+    stdout = (sessions[COMMAND_ROLLOUTS.index("stdout")] / "stdout.txt").read_bytes()
+    assert len(stdout) < 2 << 20 and b"bytes cut here" in stdout and b"END-OF-OUTPUT" in stdout

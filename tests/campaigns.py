@@ -86,3 +86,10 @@ def tick_until_done(campaign: Path, *, env: dict | None = None, timeout: float =
             return st
         time.sleep(pause)
     raise AssertionError(f"campaign did not finish in {timeout}s: {status_json(campaign, env=env)}")
+
+
+def give_role_the_openai_family(campaign: Path, role: str) -> None:
+    """The operator gives a role OpenAI's key family, so codex can play it (the campaign's copy of
+    the manifest decides what a session sees)."""
+    manifest = Path(campaign) / "roles" / f"{role}.toml"
+    manifest.write_text(manifest.read_text().replace('key_family = "anthropic"', 'key_family = "openai"'))

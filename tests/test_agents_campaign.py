@@ -16,7 +16,7 @@ from runstate import run_dir
 from runstate.models import Outcome, RunState
 from sweep.harbor.samples import make_pr_repo
 from tests.agent_sessions import FAKE_KEY, needs_claude
-from tests.campaigns import sweep, tick_until_done, write_plan
+from tests.campaigns import give_role_the_openai_family, sweep, tick_until_done, write_plan
 from tests.fakes.agent_scripts import author_script, reviewer_script, solver_script
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.runs import candidate, local_plan, record
@@ -99,12 +99,6 @@ def codex_solver_plan(tmp_path, fake, openai, **settings) -> dict:
                       defaults={"runtimes": runtimes, "quality": {"max_repairs": 0}}, max_spend_usd=50, **settings)
 
 
-def give_solver_the_openai_family(d) -> None:
-    """The operator gives the solver OpenAI's key family (the manifest decides what a session sees)."""
-    solver_toml = d / "roles" / "solver.toml"
-    solver_toml.write_text(solver_toml.read_text().replace('key_family = "anthropic"', 'key_family = "openai"'))
-
-
 def assert_codex_solver_campaign_verified(d) -> dict:
     rec = record(d, "pr-0")
     assert rec.outcome is Outcome.verified, (rec, rec.last_error)
@@ -134,7 +128,7 @@ def test_a_campaign_with_a_codex_solver_ends_verified(tmp_path, fake):
         plan = codex_solver_plan(tmp_path, fake, openai)
         d = tmp_path / "camp"
         sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
-        give_solver_the_openai_family(d)
+        give_role_the_openai_family(d, "solver")
         tick_until_done(d, env={**ENV, "OPENAI_API_KEY": OPENAI_KEY}, timeout=300)
         assert_codex_solver_campaign_verified(d)
     finally:
@@ -194,7 +188,7 @@ def test_a_codex_solver_campaign_through_sbatch_on_the_test_cluster_ends_verifie
         env = {"SLURM_CONF": str(slurm_cluster.conf)}     # keys come from [secrets], not the environment
         d = tmp_path / "camp"
         sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d), env=env)
-        give_solver_the_openai_family(d)
+        give_role_the_openai_family(d, "solver")
         tick_until_done(d, env=env, timeout=300, pause=0.5)
         assert record(d, "pr-0").job_id.isdigit()
         solver = assert_codex_solver_campaign_verified(d)

@@ -26,13 +26,13 @@ from runstate import run_dir
 from runstate.models import Outcome
 from sweep.harbor.samples import make_pr_repo
 from tests.agent_sessions import FAKE_KEY, needs_claude
-from tests.campaigns import sweep, write_plan
+from tests.campaigns import give_role_the_openai_family, sweep, write_plan
 from tests.fakes.anthropic_api import FakeAnthropic, Script
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.openai_api import Script as CodexScript
 from tests.fakes.runs import candidate, events, local_plan, record, wait_until
 from tests.security.test_agent_clis import OPENAI_KEY, needs_codex
-from tests.test_terminal_text_campaign import ATTACK, FORBIDDEN, on_a_pty, piped
+from tests.test_terminal_text_campaign import ATTACK, FORBIDDEN, assert_escaped, on_a_pty, piped
 
 pytestmark = [needs_claude, needs_codex]
 
@@ -62,9 +62,7 @@ def play(runtime: str, root: Path) -> Path:
         camp = base / "campaign"
         sweep("init", str(write_plan(base / "plan.json", plan)), "--campaign", str(camp))
         if runtime == "codex":
-            author_toml = camp / "roles" / "author.toml"
-            author_toml.write_text(author_toml.read_text().replace('key_family = "anthropic"',
-                                                                   'key_family = "openai"'))
+            give_role_the_openai_family(camp, "author")
 
         def settled() -> bool:
             sweep("tick", "--campaign", str(camp), env=ENV)
@@ -79,16 +77,6 @@ def play(runtime: str, root: Path) -> Path:
 @pytest.fixture(scope="module", params=RUNTIMES)
 def ended(request, targets) -> tuple[str, Path]:
     return request.param, play(request.param, targets.root)
-
-
-def assert_escaped(out: bytes) -> None:
-    """The CLIs turn the CR into a space and keep everything else: no control byte reaches the
-    terminal, and the sequence is shown as visible escapes."""
-    for bad in FORBIDDEN:
-        assert bad not in out, (bad, out[:2000])
-    assert b"\r" not in out.replace(b"\r\n", b"")        # a pty turns \n into \r\n; nothing else
-    assert b"\\x1b]0;pwned\\x07\\x1b[2J\\x1b[H" in out, out[:3000]
-    assert b"ALL GOOD\\x08\\x9b31m\\u202e" in out, out[:3000]
 
 
 def test_the_raw_sequence_reached_the_runs_state(ended):

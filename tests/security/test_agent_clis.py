@@ -24,7 +24,7 @@ from runstate import run_dir
 from runstate.models import Outcome
 from sweep.harbor.samples import make_pr_repo
 from tests.agent_sessions import FAKE_KEY, needs_claude
-from tests.campaigns import sweep, tick_until_done, write_plan
+from tests.campaigns import give_role_the_openai_family, sweep, tick_until_done, write_plan
 from tests.fakes.agent_scripts import author_script, codex_solver_script, reviewer_script, solver_script
 from tests.fakes.anthropic_api import FakeAnthropic, Script, tool_calls
 from tests.fakes.openai_api import FakeOpenAI, call
@@ -104,9 +104,7 @@ def play(runtime: str, targets, exposed_cluster) -> Played:
         camp = root / "campaign"
         sweep("init", str(write_plan(root / "plan.json", plan)), "--campaign", str(camp))
         if runtime == "codex":
-            solver_toml = camp / "roles" / "solver.toml"
-            solver_toml.write_text(solver_toml.read_text().replace('key_family = "anthropic"',
-                                                                   'key_family = "openai"'))
+            give_role_the_openai_family(camp, "solver")
         run = run_dir(camp, "pr-0")
         marker = f"{targets.marker}-{runtime}"
         t = targets.argv_json(solution=str(run / "task" / "solution" / "solve.sh"),

@@ -32,13 +32,13 @@ class LooksAround(unittest.TestCase):
 '''
 
 
-@pytest.fixture(scope="module")
-def gate_trial(targets):
-    src = make_verified_pr(targets.root / "repos", "hostile",
+def hostile_gate_trial(targets, run_id: str, arg: dict):
+    """A PR whose test runs the hostile program with `arg`, built into run `run_id`'s bundle, and the
+    gates' trial of its reference solution: (trial, attack lines, everything the trial logged)."""
+    src = make_verified_pr(targets.root / "repos", f"hostile-{run_id}",
                            extra_files={"tests/hostile_probe.py": HOSTILE.read_text(),
-                                        "tests/test_attack.py":
-                                            WRAPPER.format(arg=json.dumps(targets.argv_json(own_run="gate")))})
-    run = targets.campaign / "runs" / "gate"
+                                        "tests/test_attack.py": WRAPPER.format(arg=json.dumps(arg))})
+    run = targets.campaign / "runs" / run_id
     bundle = run / "task"
     bundle.mkdir(parents=True)
     build_bundle_from_git(src, bundle)
@@ -47,6 +47,11 @@ def gate_trial(targets):
                       workdir=work, timeout_s=120)
     text = "\n".join(p.read_text(errors="replace") for p in (work / "logs").rglob("*") if p.is_file())
     return trial, attack_lines(text), text
+
+
+@pytest.fixture(scope="module")
+def gate_trial(targets):
+    return hostile_gate_trial(targets, "gate", targets.argv_json(own_run="gate"))
 
 
 ATTACKS = ["read_operator_home", "read_key_file", "read_shadow", "read_munge_key", "list_host_dirs", "list_campaign_runs", "read_other_run",

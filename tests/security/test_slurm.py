@@ -46,24 +46,11 @@ def test_pr_test_code_at_gate_time_can_neither_reach_munge_nor_submit_a_job(expo
                                                                             targets):
     """The same two attacks from a PR's test, run by the gates' trial of the reference solution:
     both fail, no job appears, and the trial still scores 1 (the attacking test only looks around)."""
-    from sweep.harbor.pr_bundle import build_bundle_from_git
-    from sweep.harbor.samples import make_verified_pr
-    from sweep.harbor.trial import run_trial
-    from tests.security.test_gate import WRAPPER
+    from tests.security.test_gate import hostile_gate_trial
     link, conf = exposed_cluster
     marker = targets.marker + "-slurm-gate"
-    arg = targets.argv_json(munge_socket=str(link), slurm_conf=str(conf), marker=marker, own_run="slurm-gate")
-    src = make_verified_pr(targets.root / "repos", "slurm-gate",
-                           extra_files={"tests/hostile_probe.py": HOSTILE.read_text(),
-                                        "tests/test_attack.py": WRAPPER.format(arg=json.dumps(arg))})
-    run = targets.campaign / "runs" / "slurm-gate"
-    bundle = run / "task"
-    bundle.mkdir(parents=True)
-    build_bundle_from_git(src, bundle)
-    work = run / "work" / "gates-r0001-reference-0"
-    trial = run_trial(bundle, "reference", provider=LocalProvider(isolation="bwrap", kill_grace_s=1.0),
-                      workdir=work, timeout_s=120)
-    lines = attack_lines("\n".join(p.read_text(errors="replace") for p in (work / "logs").rglob("*") if p.is_file()))
+    trial, lines, _ = hostile_gate_trial(targets, "slurm-gate", targets.argv_json(
+        munge_socket=str(link), slurm_conf=str(conf), marker=marker, own_run="slurm-gate"))
     assert trial.reward == 1.0, trial.detail
     assert lines["connect_munge"][0] == "HELD", lines["connect_munge"]
     assert lines["sbatch"][0] == "HELD", lines["sbatch"]

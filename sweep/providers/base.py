@@ -24,7 +24,7 @@ __all__ = [  # the execution contract (sweep.execution), re-exported for the pro
     "DEFAULT_LIMITS", "ExecResult", "ExecSpec", "FromEnv", "Limits", "OutputChannel", "Provider", "read_secret",
     # the remote sandbox lifecycle contract, defined here
     "ERROR_CLASSES", "TAG_KEYS", "GpuRequest", "SandboxError", "SandboxExecResult", "SandboxHandle", "SandboxInfo",
-    "SandboxProvider", "SandboxSpec", "TerminateOutcome", "check_tags", "network_policy", "sandbox_name",
+    "SandboxProvider", "SandboxSpec", "TerminateOutcome", "allowed_cidrs", "check_tags", "network_policy", "sandbox_name",
 ]
 
 
@@ -147,6 +147,12 @@ def network_policy(spec: SandboxSpec) -> str:
     if spec.network_block_all:
         return "none"
     return "api" if spec.network_allow else "host"
+
+
+def allowed_cidrs(spec: SandboxSpec) -> tuple[str, ...]:
+    """The outbound allow list a provider is given for `spec`: its CIDRs under network "api", ()
+    when it blocks all network (none) or has no list (host)."""
+    return () if spec.network_block_all else tuple(spec.network_allow)
 
 
 def check_tags(tags: dict[str, str]) -> dict[str, str]:

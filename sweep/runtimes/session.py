@@ -21,7 +21,6 @@ changes in the workspace): a controller resuming must not reuse that workspace w
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 import time
@@ -35,6 +34,7 @@ from runstate.files import make_private_dir, write_atomic
 from sweep.providers import audit
 from sweep.execution import DEFAULT_LIMITS, ExecResult, ExecSpec, FromEnv, read_secret
 from sweep.redact import Redactor
+from sweep.tree import walk_tree
 from sweep.runtimes.base import Parsed, SessionFiles, SessionRequest, SessionResult, sane_cost, sane_turns
 from sweep.credentials import passthrough_for
 from sweep.runtimes.classify import classify_text
@@ -220,12 +220,10 @@ def _scrub_tree(redactor: Redactor, root: Path) -> None:
     """Redact every regular file under `root` (links not followed, nothing else opened)."""
     if not redactor:
         return
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            path = Path(dirpath) / name
+    for rel, st in walk_tree(root):
+        if stat.S_ISREG(st.st_mode):
             try:
-                if stat.S_ISREG(path.lstat().st_mode):
-                    redactor.scrub_file(path)
+                redactor.scrub_file(root / rel)
             except OSError:
                 continue
 

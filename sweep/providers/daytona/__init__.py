@@ -40,7 +40,7 @@ from daytona import (CreateSandboxFromImageParams, CreateSandboxFromSnapshotPara
                      DaytonaConfig, DaytonaError, Image, ListSandboxesQuery, Resources, SessionExecuteRequest)
 
 from sweep.providers.base import (GpuRequest, SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo,
-                                  SandboxSpec, TerminateOutcome, check_tags, network_policy)
+                                  SandboxSpec, TerminateOutcome, allowed_cidrs, check_tags, network_policy)
 from sweep.providers.image import image_spec
 from sweep.providers.remote import ClassifiedCalls, key_location, read_key
 
@@ -144,8 +144,7 @@ class DaytonaProvider(ClassifiedCalls):
                               gpu_type=_gpu_type(spec.gpu))
         common: dict[str, Any] = dict(
             name=spec.name, labels=dict(spec.tags), env_vars=dict(spec.env), network_block_all=spec.network_block_all,
-            network_allow_list=",".join(spec.network_allow) if spec.network_allow and not spec.network_block_all
-            else None,
+            network_allow_list=",".join(allowed_cidrs(spec)) or None,
             auto_stop_interval=max(1, math.ceil((spec.idle_timeout_s or spec.timeout_s) / 60)),
             auto_delete_interval=0, ttl_minutes=max(1, math.ceil(spec.timeout_s / 60)))
         params: Any
@@ -173,7 +172,7 @@ class DaytonaProvider(ClassifiedCalls):
                 raise self._error("create failed", exc) from None
         return SandboxHandle(provider=self.name, sandbox_id=sb.id, name=sb.name, tags=dict(spec.tags), image=image,
                              network=network_policy(spec),
-                             network_allow=() if spec.network_block_all else tuple(spec.network_allow))
+                             network_allow=allowed_cidrs(spec))
 
     def _sandbox(self, handle: SandboxHandle) -> Any:
         return self._call("find the sandbox", self.client.get, handle.sandbox_id)

@@ -35,7 +35,8 @@ import modal
 import modal.exception as mexc
 
 from sweep.providers.base import (SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo, SandboxSpec,
-                                  TerminateOutcome, check_tags, network_policy, sandbox_name)
+                                  TerminateOutcome, allowed_cidrs, check_tags, network_policy,
+                                  sandbox_name)
 from sweep.providers.image import image_spec
 from sweep.providers.remote import ClassifiedCalls, key_location, read_key
 
@@ -47,12 +48,6 @@ STOP_TREE = ('s() { local c; kill -STOP "$1" 2>/dev/null; for c in $(cat /proc/$
 _ENV_LOCK = threading.Lock()
 UPLOAD_NAME = ".sweep-upload.tar.gz"
 DOWNLOAD_NAME = ".sweep-download.tar.gz"
-
-
-def _net(spec: SandboxSpec) -> dict[str, Any]:
-    """The network policy recorded on the handle: what Modal was asked to enforce."""
-    return {"network": network_policy(spec),
-            "network_allow": () if spec.network_block_all else tuple(spec.network_allow)}
 
 
 def classify(exc: BaseException) -> str:
@@ -140,8 +135,7 @@ class ModalProvider(ClassifiedCalls):
                 idle_timeout=int(spec.idle_timeout_s) if spec.idle_timeout_s else None,
                 cpu=float(spec.cpu), memory=int(spec.memory_mb), gpu=gpu, env=dict(spec.env) or None,
                 block_network=spec.network_block_all,
-                outbound_cidr_allowlist=list(spec.network_allow) if spec.network_allow and not spec.network_block_all
-                else None)
+                outbound_cidr_allowlist=list(allowed_cidrs(spec)) or None)
         except mexc.AlreadyExistsError:
             # a retried create after a lost answer: the name is ours only if a sandbox with our
             # instance tag and this name is running
@@ -150,11 +144,12 @@ class ModalProvider(ClassifiedCalls):
                 raise SandboxError(f"modal: the name {spec.name} is taken by another sandbox",
                                    error_class="failure") from None
             return SandboxHandle(provider=self.name, sandbox_id=mine[0].sandbox_id, name=spec.name, image=identity,
-                                 tags=dict(spec.tags), **_net(spec))
+                                 tags=dict(spec.tags), network=network_policy(spec),
+                                 network_allow=allowed_cidrs(spec))
         except mexc.Error as exc:
             raise self._error("create failed", exc) from None
         return SandboxHandle(provider=self.name, sandbox_id=sb.object_id, name=spec.name, tags=dict(spec.tags),
-                             image=identity, **_net(spec))
+                             image=identity, network=network_policy(spec), network_allow=allowed_cidrs(spec))
 
     def _sandbox(self, sandbox_id: str) -> Any:
         return self._call("find the sandbox", modal.Sandbox.from_id, sandbox_id, client=self.client)

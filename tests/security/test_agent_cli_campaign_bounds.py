@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 
 import pytest
@@ -36,8 +35,9 @@ from tests.fakes.openai_api import FakeOpenAI, say
 from tests.fakes.openai_api import Script as CodexScript
 from tests.fakes.openai_api import call as codex_call
 from tests.fakes.runs import candidate, local_plan, record
-from tests.security.test_agent_clis import OPENAI_KEY, needs_codex
-from tests.security.test_bounds import ATTACKS, EXPECTED
+from tests.security.test_agent_cli_bounds import attack_command
+from tests.security.test_agent_clis import OPENAI_KEY, cli_roles, needs_codex
+from tests.security.test_bounds import EXPECTED
 
 pytestmark = [needs_claude, needs_codex]
 
@@ -57,10 +57,6 @@ def _rollout(text_: str) -> int:
     m = _ROLLOUT.search(text_)
     assert m, "the solver's working directory names no rollout"
     return int(m.group(1))
-
-
-def attack_command(attack: str) -> str:
-    return f"python3 -c {shlex.quote(ATTACKS[attack])}"
 
 
 def claude_solver(src: dict) -> Script:
@@ -93,11 +89,10 @@ def codex_solver(src: dict) -> CodexScript:
 
 
 class Played:
-    def __init__(self, runtime: str, camp: Path, solver_requests: list[dict]) -> None:
+    def __init__(self, runtime: str, camp: Path) -> None:
         self.runtime = runtime
         self.camp = camp
         self.run = run_dir(camp, "pr-0")
-        self.solver_requests = solver_requests
         solve = json.loads((self.run / "evidence" / "solve-r0001.json").read_text())
         self.rollouts = {r["rollout"]: r for r in solve["rollouts"]}
         self.sessions = sorted((self.run / "sessions").glob("*-solver"))
@@ -113,12 +108,7 @@ def play(runtime: str, root: Path) -> Played:
     src = make_pr_repo(base / "repos", "verified")
     fake, openai = FakeAnthropic(), FakeOpenAI()
     try:
-        options: dict = {role: {"base_url": fake.url(role), "max_retries": 0, "stall_s": 60,
-                                "model": "claude-sonnet-4-5"} for role in ("author", "reviewer", "solver")}
-        if runtime == "codex":
-            options["solver"] = {"base_url": openai.url("solver"), "max_retries": 0, "stall_s": 60, "model": "gpt-5",
-                                 "prices": {"input_per_mtok": 1.25, "output_per_mtok": 10.0}}
-        runtimes = {"author": "claude-code", "reviewer": "claude-code", "solver": runtime}
+        runtimes, options = cli_roles(runtime, fake, openai)
         plan = local_plan([candidate("pr-0", src, runtime_options=options)],
                           defaults={"runtimes": runtimes, "quality": {"max_repairs": 0, "rollouts": len(ROLLOUTS)}},
                           max_spend_usd=50, limits=LIMITS)
@@ -133,8 +123,7 @@ def play(runtime: str, root: Path) -> Played:
         else:
             fake.script("solver", claude_solver(src))
         tick_until_done(camp, env={"ANTHROPIC_API_KEY": FAKE_KEY, "OPENAI_API_KEY": OPENAI_KEY}, timeout=600)
-        requests = list(openai.requests) if runtime == "codex" else fake.main_requests("solver")
-        return Played(runtime, camp, requests)
+        return Played(runtime, camp)
     finally:
         fake.close()
         openai.close()

@@ -86,19 +86,24 @@ class Played:
         (camp.parent / "verdicts.json").write_text(json.dumps(self.verdicts, indent=1))   # for a reader
 
 
+def cli_roles(solver: str, fake: FakeAnthropic, openai: FakeOpenAI) -> tuple[dict, dict]:
+    """(runtimes, runtime_options) of a campaign whose author and reviewer are claude-code and whose
+    solver is `solver` (claude-code or codex), each role on its own route of the fake servers."""
+    options: dict = {role: {"base_url": fake.url(role), "max_retries": 0, "stall_s": 60, "model": "claude-sonnet-4-5"}
+                     for role in ("author", "reviewer", "solver")}
+    if solver == "codex":
+        options["solver"] = {"base_url": openai.url("solver"), "max_retries": 0, "stall_s": 60, "model": "gpt-5",
+                             "prices": {"input_per_mtok": 1.25, "output_per_mtok": 10.0}}
+    return {"author": "claude-code", "reviewer": "claude-code", "solver": solver}, options
+
+
 def play(runtime: str, targets, exposed_cluster) -> Played:
     link, conf = exposed_cluster
     root = targets.root / f"agents-{runtime}"
     src = make_pr_repo(root / "repos", "verified")
     fake, openai = FakeAnthropic(), FakeOpenAI()
     try:
-        claude = {role: {"base_url": fake.url(role), "max_retries": 0, "stall_s": 60, "model": "claude-sonnet-4-5"}
-                  for role in ("author", "reviewer", "solver")}
-        options: dict = dict(claude)
-        runtimes = {"author": "claude-code", "reviewer": "claude-code", "solver": runtime}
-        if runtime == "codex":
-            options["solver"] = {"base_url": openai.url("solver"), "max_retries": 0, "stall_s": 60, "model": "gpt-5",
-                                 "prices": {"input_per_mtok": 1.25, "output_per_mtok": 10.0}}
+        runtimes, options = cli_roles(runtime, fake, openai)
         plan = local_plan([candidate("pr-0", src, runtime_options=options)],
                           defaults={"runtimes": runtimes, "quality": {"max_repairs": 0}}, max_spend_usd=50)
         camp = root / "campaign"

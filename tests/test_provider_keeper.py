@@ -163,3 +163,32 @@ def test_a_killed_keeper_takes_the_sandbox_with_it_and_the_provider_returns(root
     out = results[0]
     assert out.rc != 0, out                          # the run did not end as the program would have
     wait_until("nothing of the run left", lambda: not processes_under(ws), 20)
+
+
+def test_the_keeper_ends_whatever_is_left_in_the_runs_cgroup_whoever_its_parent(root):
+    """A process in the run's own cgroup that is not among the keeper's children (here: started by
+    the test and moved into it, as a sandbox's init would be if it ever escaped the keeper's
+    parentage) is killed when the run ends; the cgroup is the run's alone, so nothing else is."""
+    from sweep.providers.base import Limits
+    from sweep.providers.local.limits import Bounds
+    bounds = Bounds(Limits(processes=64, memory_bytes=None))
+    bounds.prepare()
+    try:
+        groups = bounds.cgroup_dirs
+        if not groups:
+            pytest.skip("no writable cgroup here: the keeper has no cgroup to sweep")
+        stray = subprocess.Popen(["sleep", "120"], cwd=root)
+        outside = subprocess.Popen(["sleep", "120"], cwd=root)          # not in the run's cgroup
+        for group in groups:
+            (group / "cgroup.procs").write_text(str(stray.pid))
+        keeper = REPO / "sweep" / "providers" / "local" / "keeper.py"
+        args = [a for g in groups for a in ("--cgroup", str(g))]
+        done = subprocess.run([sys.executable, "-I", "-S", str(keeper), "--parent", str(os.getpid()), *args,
+                               "--", "/bin/true"], timeout=60)
+        assert done.returncode == 0
+        assert stray.wait(10) == -signal.SIGKILL          # swept from the cgroup
+        assert outside.poll() is None                      # what is not in the run's cgroup is untouched
+        outside.kill()
+        outside.wait()
+    finally:
+        bounds.finish()

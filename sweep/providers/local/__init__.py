@@ -193,7 +193,8 @@ class LocalProvider:
             bounds.prepare()
             # the keeper stands between this process and the run: if we die, it ends everything
             # the run holds (see keeper.py)
-            kept = [sys.executable, "-I", "-S", str(KEEPER_SCRIPT), "--parent", str(os.getpid()), "--", *full]
+            kept = [sys.executable, "-I", "-S", str(KEEPER_SCRIPT), "--parent", str(os.getpid()),
+                    *[arg for group in bounds.cgroup_dirs for arg in ("--cgroup", str(group))], "--", *full]
             outcome = run_process(kept, env=env, cwd=cwd, timeout_s=spec.timeout_s,
                                   keep_bytes=spec.limits.transcript_bytes, preexec_fn=bounds.preexec,
                                   poll=watch_workspace,

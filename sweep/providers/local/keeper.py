@@ -1,6 +1,6 @@
 """The keeper: the process the local provider starts for every run, between the controller and what
 runs (bwrap, or the program itself with isolation none). Standard library only; run as
-`python -I -S keeper.py --parent PID -- PROGRAM ARGS...`.
+`python -I -S keeper.py --parent PID [--cgroup DIR ...] -- PROGRAM ARGS...`.
 
 Why it exists: when the controller dies (kill -9 of its job's process group, the OOM killer), what
 it started must die too, at once, whatever it was doing. `bwrap --die-with-parent` alone does not
@@ -20,6 +20,9 @@ What the keeper guarantees:
 - On SIGUSR2 (the controller died, or the provider asks for everything to end now) and when its
   program exits, it SIGKILLs every child it has, reaps it, and repeats until it has none. Killing
   the sandbox's init ends its whole pid namespace.
+- Then, when the provider gave it the run's own cgroups (`--cgroup DIR`, made for this run alone
+  by limits.py), it SIGKILLs every other process still in them until it is alone there: whatever
+  the run started is in them, whoever its parent has become.
 - SIGTERM (the walltime's first signal, sent to the whole group) is left to the program: the keeper
   keeps waiting for it.
 - Its exit mirrors the program's: the same exit code, or death by the same signal.
@@ -29,6 +32,7 @@ import os
 import resource
 import signal
 import sys
+import time
 
 PARENT_GONE = signal.SIGUSR2      # the parent-death signal, and the provider's "end everything now"
 PR_SET_PDEATHSIG = 1
@@ -83,6 +87,33 @@ def kill_all(program_pid, status):
             status = st
 
 
+def kill_cgroups(cgroups):
+    """SIGKILL every process but this one in the run's own cgroups until none is left (bounded:
+    a process that cannot be killed is left to the provider's own sweep of them)."""
+    me = os.getpid()
+    for _ in range(200):
+        others = set()
+        for group in cgroups:
+            try:
+                with open(os.path.join(group, "cgroup.procs"), "rb") as fh:
+                    others.update(int(p) for p in fh.read().split() if int(p) != me)
+            except (OSError, ValueError):
+                continue
+        if not others:
+            return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:    # what was reparented to this subreaper meanwhile
+                pass
+        except ChildProcessError:
+            pass
+        time.sleep(0.01)
+
+
 def _die_like(status):
     """Exit as the program did."""
     if status is None:
@@ -101,10 +132,15 @@ def _die_like(status):
 
 
 def main(argv):
-    if len(argv) < 4 or argv[0] != "--parent" or not argv[1].isdigit() or argv[2] != "--":
-        sys.stderr.write("keeper: usage: --parent PID -- PROGRAM ARGS...\n")
+    cgroups = []
+    rest = argv[2:]
+    while len(rest) >= 2 and rest[0] == "--cgroup":
+        cgroups.append(rest[1])
+        rest = rest[2:]
+    if len(argv) < 4 or argv[0] != "--parent" or not argv[1].isdigit() or len(rest) < 2 or rest[0] != "--":
+        sys.stderr.write("keeper: usage: --parent PID [--cgroup DIR ...] -- PROGRAM ARGS...\n")
         return 2
-    parent, program = int(argv[1]), argv[3:]
+    parent, program = int(argv[1]), rest[1:]
     libc = ctypes.CDLL(None, use_errno=True)
     # Until this handler is set, SIGUSR2 simply ends the keeper, which has no child yet.
     signal.signal(PARENT_GONE, _end_now)
@@ -135,6 +171,7 @@ def main(argv):
             sys.stderr.write(f"keeper: cannot start {program[0]!r}: {exc.strerror or exc}\n")
             return 127
     status = kill_all(child, status)
+    kill_cgroups(cgroups)
     _die_like(status)
     return 1
 

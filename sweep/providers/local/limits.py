@@ -141,6 +141,12 @@ class Bounds:
         if lim.workspace_bytes is not None:
             self.enforced["workspace_bytes"] = "watched every second"
 
+    @property
+    def cgroup_dirs(self) -> list[Path]:
+        """The cgroups made for this run alone (empty without them): the keeper ends whatever is
+        left in them when the run ends or its controller dies (keeper.py)."""
+        return list(self._dirs.values())
+
     def preexec(self) -> None:
         """In the child, before exec: only system calls, no allocation-heavy Python."""
         for fd in self._procs_fds:

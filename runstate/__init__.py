@@ -18,8 +18,9 @@ _EXPORTS = {name: "runstate." + module for module, names in {
     "lease": "LeaseLost LeaseVerdict LeaseView acquire_lease hand_over_lease heartbeat_lease judge_lease "
              "read_lease reap_lease release_lease",
     "markers": "active_cooldowns clear_drain is_draining read_drain read_outage request_drain stamp_outage",
-    "models": "PHASES DrainMarker Event Lease OutageStamp Outcome Phase RunRecord RunState SpendEntry "
+    "models": "DrainMarker Event Lease OutageStamp Outcome Phase RunRecord RunState SpendEntry "
               "SpendLedger TickReport validate_run_id",
+    "phases": "PHASE_TABLE PhaseRow",
     "runs": "RunListing append_event create_run_dir list_runs load_record read_events run_dir save_record",
 }.items() for name in names.split()}
 

@@ -63,6 +63,32 @@ def write_atomic(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
     fsync_dir(path.parent)
 
 
+def remove_dead_temps(path: Path) -> list[str]:
+    """Remove `path`'s stray temp files left by writers on this host that are no longer alive.
+
+    A temp of a live process (an atomic write in flight) or of another host is left alone.
+    Returns the names removed."""
+    path = Path(path)
+    removed = []
+    for stray in path.parent.glob(f".{path.name}.tmp.{_HOST}.*"):
+        pid = stray.name[len(f".{path.name}.tmp.{_HOST}."):].split(".", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        _unlink_quietly(stray)
+        removed.append(stray.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def make_private_dir(path: Path) -> Path:
     """mkdir -p with 0700 on every directory we create (run directories hold transcripts)."""
     path = Path(path)

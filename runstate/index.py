@@ -38,8 +38,7 @@ from typing import NamedTuple
 import orjson
 
 from runstate.files import MAX_READ_BYTES, read_bytes, write_atomic
-
-INDEX_FILE = "ended-index.jsonl"
+from runstate.paths import INDEX_FILE
 HEADER = {"sweep_ended_index": 1}
 HEADER_LINE = orjson.dumps(HEADER) + b"\n"
 RACY_NS = 1_000_000_000       # a state.json changed less than 1 s before it was read is not indexed
@@ -60,9 +59,12 @@ class Ending(NamedTuple):
     reason: str | None
     spent_usd: float
     lane: str = "cpu"
+    cause: str | None = None        # runstate/causes.py (lines written before causes have none)
+    quality: str | None = None      # runstate.models.quality_summary of its checkpoints ("mutants 2/2")
 
     def line(self) -> list[object]:
-        return [self.run_id, *self.ident, self.outcome, self.reason, self.spent_usd, self.lane]
+        out: list[object] = [self.run_id, *self.ident, self.outcome, self.reason, self.spent_usd, self.lane, self.cause]
+        return out if self.quality is None else [*out, self.quality]
 
 
 @dataclass
@@ -88,11 +90,14 @@ def _parse_entry(row: object) -> Ending | str | None:
     (One tuple comparison of the field types: this runs once per ended run per tick.)"""
     if type(row) is not list:
         return None
-    if len(row) == 9:
-        rid, ino, size, mtime, ctime, outcome, reason, spent, lane = row
+    if 9 <= len(row) <= 11:         # 9: written before causes; 11: with a quality summary
+        rid, ino, size, mtime, ctime, outcome, reason, spent, lane = row[:9]
+        cause = row[9] if len(row) >= 10 else None
+        quality = row[10] if len(row) == 11 else None
         if (type(rid), type(ino), type(size), type(mtime), type(ctime), type(outcome), type(lane)) == _ENTRY_TYPES \
-                and (reason is None or type(reason) is str) and (type(spent) is float or type(spent) is int):
-            return Ending(rid, (ino, size, mtime, ctime), outcome, reason, float(spent), lane)
+                and (reason is None or type(reason) is str) and (type(spent) is float or type(spent) is int) \
+                and (cause is None or type(cause) is str) and (quality is None or type(quality) is str):
+            return Ending(rid, (ino, size, mtime, ctime), outcome, reason, float(spent), lane, cause, quality)
         return None
     if len(row) == 1 and type(row[0]) is str:
         return row[0]

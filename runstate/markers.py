@@ -19,13 +19,13 @@ from runstate.errors import StateError
 from runstate.files import Loaded, read_model, write_model_atomic
 from runstate.models import (OUTAGE_COOLDOWN_S, THROTTLE_COOLDOWN_S, DrainMarker, OutageStamp,
                              ProviderStamp, validate_provider, validate_role)
+from runstate.paths import DRAIN_FILE, PROVIDER_PREFIX, CampaignPaths
 
-DRAIN_FILE = "drain-request.json"
 COOLDOWNS = {"outage": OUTAGE_COOLDOWN_S, "throttle": THROTTLE_COOLDOWN_S}
 
 
 def outage_path(campaign: Path, role: str) -> Path:
-    return Path(campaign) / f"outage-{validate_role(role)}.json"
+    return CampaignPaths(campaign).outage(validate_role(role))
 
 
 def _cooldown_fields(kind: str, detail: str | None, now: float | None, stamped_by: str | None,
@@ -71,11 +71,8 @@ def active_cooldowns(campaign: Path, roles: list[str], now: float) -> dict[str, 
     return out
 
 
-PROVIDER_PREFIX = "provider-outage-"
-
-
 def provider_outage_path(campaign: Path, provider: str) -> Path:
-    return Path(campaign) / f"{PROVIDER_PREFIX}{validate_provider(provider)}.json"
+    return CampaignPaths(campaign).provider_outage(validate_provider(provider))
 
 
 def stamp_provider(campaign: Path, provider: str, kind: str, detail: str | None = None, *,
@@ -125,12 +122,12 @@ def request_drain(campaign: Path, reason: str | None = None, *, who: str | None 
                   now: float | None = None) -> DrainMarker:
     marker = DrainMarker(requested_by=who or f"{_user()}@{socket.gethostname()}",
                          requested_at=time.time() if now is None else now, reason=reason)
-    _write_marker(Path(campaign) / DRAIN_FILE, marker)
+    _write_marker(CampaignPaths(campaign).drain, marker)
     return marker
 
 
 def clear_drain(campaign: Path) -> bool:
-    path = Path(campaign) / DRAIN_FILE
+    path = CampaignPaths(campaign).drain
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -145,7 +142,7 @@ def clear_drain(campaign: Path) -> bool:
 
 
 def read_drain(campaign: Path) -> Loaded[DrainMarker]:
-    return read_model(Path(campaign) / DRAIN_FILE, DrainMarker)
+    return read_model(CampaignPaths(campaign).drain, DrainMarker)
 
 
 def is_draining(campaign: Path) -> bool:

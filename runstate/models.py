@@ -16,6 +16,8 @@ from typing_extensions import TypedDict
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runstate.errors import StateError
+from runstate.phases import PHASE_TABLE, validate_phase
+from runstate.phases import Phase as Phase      # re-exported: the phase table's home is runstate/phases.py
 
 SCHEMA_VERSION = 1
 RUN_ID_RE = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,127}$")
@@ -39,8 +41,9 @@ def validate_run_id(run_id: object) -> str:
     return run_id
 
 
-# The roles of the pipeline, in the order a run meets them (the shipped roles/*.toml manifests).
-PIPELINE_ROLES: tuple[str, ...] = ("author", "reviewer", "solver")
+# The roles of the pipeline, in the order a run meets them (the shipped roles/*.toml manifests):
+# the phase table's roles.
+PIPELINE_ROLES: tuple[str, ...] = PHASE_TABLE.roles
 
 
 def validate_role(role: object) -> str:
@@ -76,18 +79,6 @@ class RunState(str, Enum):
     ended = "ended"
 
 
-class Phase(str, Enum):
-    intake = "intake"
-    author = "author"
-    gates = "gates"
-    review = "review"
-    solve = "solve"
-    evaluate = "evaluate"
-
-
-PHASES: tuple[Phase, ...] = tuple(Phase)
-
-
 class Outcome(str, Enum):
     verified = "verified"
     generated_unverified = "generated_unverified"
@@ -107,10 +98,36 @@ class EndReason(StrEnum):
     construction_failed = "construction_failed"  # no usable task bundle could be built
     author_failed = "author_failed"              # repairs ran out at each stage ...
     gates_failed = "gates_failed"
+    # the gates failed because the PR's tests already pass before the fix (the empty solution scores 1
+    # on every repeat while the reference does too): the PR's tests cannot tell a fix from no fix
+    passes_before_fix = "passes_before_fix"
     review_failed = "review_failed"
     review_rejected = "review_rejected"
     evidence_incomplete = "evidence_incomplete"  # the evaluate phase lacks evidence for `verified`
+    insufficient_evidence = "insufficient_evidence"  # a solver rollout could not run (its attempts spent)
+    weak_tests = "weak_tests"                    # the tests accepted a wrong solution (a surviving mutant or probe)
+    reward_hack = "reward_hack"                  # a rollout earned its reward by tampering with what scores it
+    task_defect = "task_defect"                  # a rollout showed the task itself at fault
+    unsolved = "unsolved"                        # every rollout scored 0 and the plan does not allow that
     secret_in_bundle = "secret_in_bundle"  # noqa: S105 - a reason, not a password: the bundle held a secret
+
+
+def quality_summary(checkpoints: dict[str, Any]) -> str | None:
+    """What `sweep status` shows of whether a run's tests discriminate and its task is solvable,
+    from its checkpoints: "mutants K/N" (mutants killed of those run) and "solved S/R" (rollouts
+    with reward 1 of those run). A plain dict read: it runs per ended run."""
+    parts = []
+    probes = checkpoints.get("probes")
+    if isinstance(probes, dict):
+        killed, run = probes.get("killed"), probes.get("run")
+        if type(killed) is int and type(run) is int and run > 0:
+            parts.append(f"mutants {killed}/{run}")
+    solve = checkpoints.get("solve")
+    if isinstance(solve, dict):
+        solved, rollouts = solve.get("solved"), solve.get("rollouts")
+        if type(solved) is int and type(rollouts) is int and rollouts > 0:
+            parts.append(f"solved {solved}/{rollouts}")
+    return " ".join(parts) or None
 
 
 class RunRecord(Tolerant):
@@ -119,9 +136,14 @@ class RunRecord(Tolerant):
     schema_version: int = SCHEMA_VERSION
     run_id: str
     state: RunState = RunState.queued
-    phase: Phase = Phase.intake                 # the next phase to run (finished ones are in checkpoints)
+    # the next phase to run (finished ones are in checkpoints): a row of the phase table
+    phase: str = Field(default_factory=lambda: PHASE_TABLE.first)
     outcome: Outcome | None = None
     reason: str | None = None
+    # why, as a code of runstate/causes.py and one line for a human: of the ending once ended,
+    # else of the last failed attempt or park (None: nothing has gone wrong yet)
+    cause: str | None = None
+    cause_detail: str | None = None
     attempts: int = 0
     max_attempts: int = 3
     # Interruptions are stops that are not the run's fault (preemption, the time limit, a failed
@@ -161,6 +183,11 @@ class RunRecord(Tolerant):
     def _check_run_id(cls, v: str) -> str:
         return validate_run_id(v)
 
+    @field_validator("phase")
+    @classmethod
+    def _check_phase(cls, v: str) -> str:
+        return validate_phase(v)
+
     def check_invariants(self) -> None:
         """Refuse a record that the state machine cannot be in (called by every save)."""
         def bad(msg: str) -> StateError:
@@ -197,7 +224,7 @@ class RunRecord(Tolerant):
 
     @property
     def finished_phases(self) -> list[str]:
-        return [p.value for p in PHASES if p.value in self.checkpoints]
+        return [name for name in PHASE_TABLE.names if name in self.checkpoints]
 
 
 class Lease(Tolerant):
@@ -361,6 +388,33 @@ class GhostsFile(Tolerant):
     cancelled: list[dict[str, Any]] = Field(default_factory=list)  # the last 100 cancellations
 
 
+class SeenJob(Tolerant):
+    """One of this campaign's jobs in the last queue snapshot (queue.json)."""
+
+    name: str
+    state: str                      # Slurm's long name: PENDING, RUNNING, COMPLETING, ...
+    reason: str = ""                # why it pends ("Resources", "BeginTime", "None" once running)
+    partition: str = ""
+    gpus: int = 0
+    since: float                    # the first snapshot that saw it in this state
+
+
+class QueueFile(Tolerant):
+    """queue.json: the last tick's one queue read, as Slurm said it (written by the tick only).
+
+    `sweep status` shows each live run's job from it and replans its wait reasons with it, so
+    status never asks the scheduler itself. A tick whose queue call failed keeps the jobs of the
+    last read that answered (`taken_at`) and says so (`known` false, `error`)."""
+
+    schema_version: int = SCHEMA_VERSION
+    asked_at: float                 # the last tick's queue call
+    known: bool
+    error: str | None = None
+    taken_at: float | None = None   # when `jobs` was read (None: no call ever answered)
+    jobs: dict[str, SeenJob] = Field(default_factory=dict)        # job id -> job
+    capacity: dict[str, int | None] = Field(default_factory=dict)  # lane -> slots/devices (None: unknown)
+
+
 class SpendEntry(Tolerant):
     op_id: str
     what: str
@@ -368,6 +422,14 @@ class SpendEntry(Tolerant):
     actual_usd: float | None = None
     status: Literal["reserved", "settled", "uncertain"] = "reserved"
     at: float = Field(default_factory=time.time)
+    # the budget scope the operation is also counted in besides the run's allocation: "quality"
+    # for the reviews, repairs and rollouts `quality.max_spend_usd` bounds; None for the rest
+    scope: str | None = None
+
+    @property
+    def cost_usd(self) -> float:
+        """Spent or possibly spent: the settled actual, else the reservation (open or uncertain)."""
+        return self.actual_usd if self.status == "settled" and self.actual_usd is not None else self.reserved_usd
 
 
 class SpendLedger(Tolerant):
@@ -381,5 +443,8 @@ class SpendLedger(Tolerant):
     @property
     def committed_usd(self) -> float:
         """Money that is spent or may have been spent: settled actuals plus open reservations."""
-        return sum(e.actual_usd if e.status == "settled" and e.actual_usd is not None
-                   else e.reserved_usd for e in self.entries)
+        return sum(e.cost_usd for e in self.entries)
+
+    def committed_in(self, scope: str) -> float:
+        """What the operations of one budget scope have committed (as `committed_usd`)."""
+        return sum(e.cost_usd for e in self.entries if e.scope == scope)

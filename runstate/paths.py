@@ -1,9 +1,12 @@
-"""Where every file of a campaign's run directory lives: each one named once (docs/state.md).
+"""Where every file of a campaign lives: each one named once (docs/state.md).
 
-`RunPaths(campaign_dir, run_id)` is the run directory `runs/<run_id>/` with one property per file
-or folder in it, in the manner of submitit's JobPaths and Harbor's TrialPaths. Code that needs a
-file of a run asks this object rather than spelling `rdir / "..."`; the bare names below are for
-the few hot read paths that build strings without pathlib (the tick at 100,000 runs).
+`CampaignPaths(campaign_dir)` is the campaign directory with one property per campaign-level file
+or folder (campaign.toml, the tick's lock and report, markers, stamps, the ended-runs index, ...),
+and `RunPaths(campaign_dir, run_id)` is the run directory `runs/<run_id>/` with one property per
+file or folder in it, in the manner of submitit's JobPaths and Harbor's TrialPaths. Code that needs
+a file asks these objects rather than spelling `dir / "..."` (a loaded campaign carries its
+CampaignPaths as `Campaign.paths`); the bare names below are for the few hot read paths that build
+strings without pathlib (the tick at 100,000 runs) and for messages that name a file.
 
 Stdlib only.
 """
@@ -12,6 +15,26 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+# ---- campaign-level files -----------------------------------------------------------------------
+CAMPAIGN_FILE = "campaign.toml"      # the frozen plan (sweep.models.plan.CampaignFile), written by init
+ROLES_DIR = "roles"                  # the campaign's copy of the role manifests
+RUNTIME_DIR = "runtime"              # the frozen runtime (sweep runtime freeze)
+TICK_FILE = "tick.json"              # what the last tick saw and did (runstate.models.TickReport)
+LOCK_FILE = "tick.lock"              # one tick (or operator verb) at a time
+QUEUE_FILE = "queue.json"            # the last tick's queue read (runstate.models.QueueFile)
+GHOSTS_FILE = "ghosts.json"          # the tick's memory of jobs no lease recognises
+LANE_BACKOFF_FILE = "lane-backoff.json"   # lanes whose submissions were refused
+DRAIN_FILE = "drain-request.json"    # latched until `sweep undrain`
+OUTAGE_PREFIX = "outage-"            # outage-<role>.json: a role's cooldown
+PROVIDER_PREFIX = "provider-outage-"  # provider-outage-<provider>.json: a remote provider's cooldown
+INDEX_FILE = "ended-index.jsonl"     # the ended-runs index (a cache, never the truth)
+UNCERTAIN_FILE = "sandboxes-uncertain.json"   # remote sandboxes may be orphaned: admission stops
+LOCAL_JOBS_DIR = "local-jobs"        # the local scheduler backend's job records
+TICK_LOG = "tick.log"                # the scrontab entry's output (written by Slurm)
+HTML_REPORT = "report.html"          # `sweep report`'s default output
+PLAN_INPUTS = ("plan.toml", "plan.json")   # a plan kept beside campaign.toml by the operator (init allows it)
+
+# ---- run-level files ------------------------------------------------------------------------------
 RUNS_DIR = "runs"
 STATE_FILE = "state.json"            # the record (runstate.models.RunRecord): atomic replace only
 LEASE_FILE = "lease.json"            # who may write the record (runstate.lease): O_EXCL / CAS only
@@ -29,6 +52,98 @@ SESSIONS_DIR = "sessions"            # one NNNN-role/ folder per role session
 WORK_DIR = "work"                    # scratch workspaces (authoring, trials)
 
 _RUN_ID_RE = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,127}$")   # == runstate.models.RUN_ID_RE
+
+
+class CampaignPaths:
+    """The campaign-level files of one campaign directory."""
+
+    __slots__ = ("dir",)
+
+    def __init__(self, campaign_dir: str | Path) -> None:
+        self.dir = Path(campaign_dir)
+
+    def __repr__(self) -> str:
+        return f"CampaignPaths({str(self.dir)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CampaignPaths) and other.dir == self.dir
+
+    def __hash__(self) -> int:
+        return hash(self.dir)
+
+    @property
+    def campaign_file(self) -> Path:
+        return self.dir / CAMPAIGN_FILE
+
+    @property
+    def roles(self) -> Path:
+        return self.dir / ROLES_DIR
+
+    def role_manifest(self, role: str) -> Path:
+        return self.roles / f"{role}.toml"
+
+    @property
+    def runtime(self) -> Path:
+        return self.dir / RUNTIME_DIR
+
+    @property
+    def runs(self) -> Path:
+        return self.dir / RUNS_DIR
+
+    def run(self, run_id: str) -> RunPaths:
+        return RunPaths(self.dir, run_id)
+
+    @property
+    def tick_report(self) -> Path:
+        return self.dir / TICK_FILE
+
+    @property
+    def tick_lock(self) -> Path:
+        return self.dir / LOCK_FILE
+
+    @property
+    def queue(self) -> Path:
+        return self.dir / QUEUE_FILE
+
+    @property
+    def ghosts(self) -> Path:
+        return self.dir / GHOSTS_FILE
+
+    @property
+    def lane_backoff(self) -> Path:
+        return self.dir / LANE_BACKOFF_FILE
+
+    @property
+    def drain(self) -> Path:
+        return self.dir / DRAIN_FILE
+
+    def outage(self, role: str) -> Path:
+        """outage-<role>.json (the caller validates the role name: it becomes a file name)."""
+        return self.dir / f"{OUTAGE_PREFIX}{role}.json"
+
+    def provider_outage(self, provider: str) -> Path:
+        """provider-outage-<provider>.json (the caller validates the provider name)."""
+        return self.dir / f"{PROVIDER_PREFIX}{provider}.json"
+
+    @property
+    def ended_index(self) -> Path:
+        return self.dir / INDEX_FILE
+
+    @property
+    def sandboxes_uncertain(self) -> Path:
+        return self.dir / UNCERTAIN_FILE
+
+    @property
+    def local_jobs(self) -> Path:
+        return self.dir / LOCAL_JOBS_DIR
+
+    @property
+    def tick_log(self) -> Path:
+        return self.dir / TICK_LOG
+
+    @property
+    def html_report(self) -> Path:
+        return self.dir / HTML_REPORT
 
 
 class RunPaths:
@@ -120,7 +235,7 @@ class RunPaths:
         return self.dir / EVIDENCE_DIR
 
     def evidence_file(self, kind: str, revision: int) -> Path:
-        """evidence/<kind>-rNNNN.json (kind: gates, review, solve, secret-scan)."""
+        """evidence/<kind>-rNNNN.json (kind: gates, probes, review, solve, secret-scan, readiness)."""
         return self.evidence / f"{kind}-r{revision:04d}.json"
 
     @property

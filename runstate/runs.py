@@ -40,7 +40,7 @@ def create_run_dir(campaign: Path, run_id: str) -> Path:
     make_private_dir(runs_root(campaign))     # mkdir(parents=True) would make runs/ 0755
     d = run_dir(campaign, run_id)
     make_private_dir(d)
-    make_private_dir(d / "logs")
+    make_private_dir(RunPaths.at(d).logs)
     return d
 
 

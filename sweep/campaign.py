@@ -25,16 +25,16 @@ from pydantic import ValidationError
 from runstate.errors import ConfigError, validation_problem
 from runstate.files import (DIR_MODE, FILE_MODE, MAX_RECORD_BYTES, dump_model, make_private_dir, read_bytes,
                             read_model, write_all, write_atomic, write_model_atomic)
-from runstate.models import PIPELINE_ROLES, RunRecord, validate_run_id
-from runstate.paths import CANDIDATE_FILE, RUNS_DIR, STATE_FILE, RunPaths
+from runstate.models import PIPELINE_ROLES, EndReason, Outcome, RunRecord, RunState, validate_run_id
+from runstate.paths import CAMPAIGN_FILE, CANDIDATE_FILE, PLAN_INPUTS, ROLES_DIR, RUNS_DIR, STATE_FILE, CampaignPaths, RunPaths
 from runstate.runs import create_run_dir, load_record, save_record
 from sweep import __version__
+from sweep.models.environment import JobEnvironment
 from sweep.models.plan import CampaignFile, FrozenCandidate, Plan, PlanSettings
 
 if TYPE_CHECKING:
     from sweep.scheduler.base import Scheduler
 
-CAMPAIGN_FILE = "campaign.toml"
 ENV_CAMPAIGN = "SWEEP_CAMPAIGN"
 
 
@@ -130,6 +130,11 @@ def check_capabilities(options, plan_path: Path, where: str) -> None:
         raise ConfigError(f"provider {options.provider!r} is not available in this sweep "
                           f"(available: {', '.join(sorted(set(PROVIDERS) | set(SANDBOX_PROVIDERS)))})",
                           path=plan_path, field=f"{where}.provider")
+    if options.test_runner is not None:
+        from sweep.harbor.runners import RUNNERS, supported
+        if options.test_runner not in RUNNERS:
+            raise ConfigError(f"test runner {options.test_runner!r} is not one sweep knows (supported: {supported()})",
+                              path=plan_path, field=f"{where}.test_runner")
     for role in PIPELINE_ROLES:
         name = getattr(options.runtimes, role)
         if name not in RUNTIMES:
@@ -146,15 +151,14 @@ class InitResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def check_local_sources(frozen: list[FrozenCandidate], plan_path: Path) -> None:
+def check_local_sources(frozen: list[FrozenCandidate], plan_path: Path) -> dict[int, tuple[str, str]]:
     """Every local repository exists and is a git repository, and every base/head names a commit
     in it: one `git cat-file --batch-check` per repository, whatever the number of candidates, each
     distinct ref asked once (100,000 candidates on one base: 100,001 lookups, not 200,000).
     A missing one is an error naming the candidate's field and the ref, before any run exists
-    (otherwise each run would burn a job to end intake_failed)."""
-    import subprocess
-
-    from sweep.git import git_env
+    (otherwise each run would burn a job to end intake_failed). Returns panel index -> the (base,
+    head) commits of each local candidate."""
+    from sweep.git import GitFailed, run_git
     by_repo: dict[str, list[tuple[int, str, str]]] = {}
     for fc in frozen:
         c = fc.candidate
@@ -162,6 +166,7 @@ def check_local_sources(frozen: list[FrozenCandidate], plan_path: Path) -> None:
             continue
         repo, base, head = c.local_source()
         by_repo.setdefault(repo, []).extend([(fc.panel_index, "base", base), (fc.panel_index, "head", head)])
+    commits: dict[int, dict[str, str]] = {}
     for repo, refs in by_repo.items():
         i = refs[0][0]
         path = Path(repo)
@@ -169,30 +174,31 @@ def check_local_sources(frozen: list[FrozenCandidate], plan_path: Path) -> None:
             raise ConfigError(f"repository {repo} does not exist", path=plan_path, field=f"candidates.{i}.repo")
         distinct = list(dict.fromkeys(ref for _, _, ref in refs))    # a shared base is asked once
         query = "".join(f"{ref}^{{commit}}\n" for ref in distinct).encode()
-        try:
-            r = subprocess.run(["git", "-C", repo, "cat-file", "--batch-check"], input=query,
-                               capture_output=True, timeout=120, env=git_env())
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ConfigError(f"cannot read repository {repo}: {exc}", path=plan_path,
+        try:      # sweep.git's hardened call: the repository's own config runs nothing
+            stdout = run_git(["cat-file", "--batch-check"], repo=repo, input=query, timeout=120)
+        except GitFailed as exc:
+            what = "cannot read repository" if exc.timed_out else "is not a git repository:"
+            raise ConfigError(f"{repo} {what} {exc.message[:200]}", path=plan_path,
                               field=f"candidates.{i}.repo") from None
-        if r.returncode != 0:
-            raise ConfigError(f"{repo} is not a git repository: "
-                              f"{r.stderr.decode(errors='replace').strip()[:200]}", path=plan_path,
-                              field=f"candidates.{i}.repo")
-        answers = dict(zip(distinct, r.stdout.decode(errors="replace").splitlines(), strict=False))
+        answers = dict(zip(distinct, stdout.decode(errors="replace").splitlines(), strict=False))
         for idx, which, ref in refs:
             answer = answers.get(ref, "")
             if answer.endswith(" missing") or " commit " not in f" {answer} ":
                 raise ConfigError(f"{which} {ref!r} is not a commit in {repo}", path=plan_path,
                                   field=f"candidates.{idx}.{which}")
+            commits.setdefault(idx, {})[which] = answer.split(" ", 1)[0]
+    return {idx: (c["base"], c["head"]) for idx, c in commits.items()}
 
 
 def preflight_scheduler(plan: Plan, frozen: list[FrozenCandidate], plan_path: Path) -> list[str]:
-    """GPU candidates need a GPU lane; on Slurm, lanes against the cluster (one sinfo, one scontrol).
-    Errors raise ConfigError naming the field; what could not be checked comes back as warnings."""
+    """GPU candidates need a GPU lane on a backend with lanes; then the backend's own preflight
+    (the scheduler contract; on Slurm one sinfo, one scontrol). Errors raise ConfigError naming the
+    field; what could not be checked comes back as warnings."""
+    from sweep.scheduler import backend
     sched = plan.scheduler
     gpu = [fc for fc in frozen if fc.candidate.options.gpus > 0]
-    if sched.backend == "local":
+    chosen = backend(sched.backend)
+    if not chosen.uses_lanes:
         return []
     if gpu and "gpu" not in sched.lanes.model_fields_set:
         fc = gpu[0]
@@ -200,15 +206,92 @@ def preflight_scheduler(plan: Plan, frozen: list[FrozenCandidate], plan_path: Pa
                           "configures no GPU lane", path=plan_path,
                           field=f"candidates.{fc.panel_index}.options.gpus",
                           hint="add [scheduler.lanes.gpu] with the partition that has your GPUs (docs/slurm.md)")
-    from sweep.scheduler.slurm.preflight import ask_cluster, check_lanes, check_message_timeout
-    facts = ask_cluster(timeout=min(20.0, sched.call_timeout_seconds))
     warnings = []
-    for f in check_lanes(sched, bool(gpu), max((fc.candidate.options.gpus for fc in gpu), default=0), facts) \
-            + check_message_timeout(sched.call_timeout_seconds, facts):
+    checked = chosen.preflight(sched, bool(gpu), max((fc.candidate.options.gpus for fc in gpu), default=0))
+    for f in checked.findings:
         if f.level == "error":
             raise ConfigError(f.message, path=plan_path, field=f.field)
         warnings.append(f"{f.field}: {f.message}")
     return warnings
+
+
+def resolve_environment(environment: JobEnvironment, plan_path: Path, campaign_dir: Path) -> JobEnvironment:
+    """The plan's `[environment]` with every path absolute and checked (sweep/models/environment.py)."""
+    from sweep.models.environment import EnvironmentProblem
+    try:
+        return environment.resolved(plan_path.parent, campaign_dir)
+    except EnvironmentProblem as exc:
+        raise ConfigError(str(exc), path=plan_path, field=f"environment.{exc.field}") from None
+
+
+READINESS_AT_INIT = 3      # distinct test commands tried by `init` (each one run of the tests)
+
+
+def check_test_commands(plan: Plan, frozen: list[FrozenCandidate]) -> tuple[dict[str, str], list[str]]:
+    """The readiness check at `init` (sweep/readiness.py), as warnings: for the first local
+    candidate of each of the first few distinct test commands, the command run once on the base
+    checkout in the job's environment. Returns ({test command: its program as resolved there
+    ("" = not found)}, warnings). The controller runs the same check again, on its own node, in
+    its own job's environment, and parks the run when it fails."""
+    import shlex
+    import shutil
+
+    from runstate.errors import ProviderError
+    from sweep.providers import get_provider
+    from sweep.readiness import check_local_candidate
+    warnings: list[str] = []
+    programs: dict[str, str] = {}
+    from sweep.scheduler import backend
+    if plan.environment is None and not backend(plan.scheduler.backend).jobs_get_tickers_environment:
+        warnings.append("the plan declares no [environment]: controller jobs get the environment of whatever "
+                        "runs `sweep tick` (from scrontab: the login PATH, not this shell's); declare the "
+                        "toolchains the test command needs (docs/campaign.md#environment)")
+    seen: dict[tuple[str, str | None, str | None], FrozenCandidate] = {}
+    for fc in frozen:
+        opts = fc.candidate.options
+        key = (opts.test_command or "python3 -m unittest -q", opts.test_workdir, opts.test_runner)
+        if key not in seen and fc.candidate.repo and opts.provider == "local":
+            seen[key] = fc
+    if not seen:
+        return programs, warnings
+    try:
+        provider = get_provider("local", isolation=plan.isolation,
+                                environment=plan.environment.sandbox() if plan.environment else None)
+    except (ConfigError, ProviderError) as exc:
+        return programs, [*warnings, f"readiness not checked: {exc}"]
+    for n, ((command, workdir, runner), fc) in enumerate(seen.items()):
+        if n >= READINESS_AT_INIT:
+            warnings.append(f"readiness checked for the first {READINESS_AT_INIT} distinct test commands only")
+            break
+        repo, base, head = fc.candidate.local_source()
+        ready = check_local_candidate(repo, base, head, command, provider, test_workdir=workdir,
+                                      test_runner=runner, limits=plan.limits.to_limits())
+        if ready.program is not None:
+            programs[command] = ready.program
+        where = f"candidates.{fc.panel_index} ({command!r})"
+        if not ready.ok:
+            warnings.append(f"{where}: readiness: {ready.line()}; every run with this test command will park "
+                            "with this cause before its author session")
+        program = shlex.split(command)[0]
+        here = shutil.which(program) if "/" not in program else program
+        if ready.program and here and os.path.realpath(here) != os.path.realpath(ready.program):
+            warnings.append(f"{where}: {program} is {here} in this shell but {ready.program} in the job "
+                            "environment: the tests run with the latter")
+    return programs, warnings
+
+
+def _refuse_missing_keys(plan: Plan, frozen: list[FrozenCandidate], plan_path: Path) -> None:
+    """ConfigError naming role, runtime and family when a runtime that needs a key (claude-code,
+    codex) plays a role whose key family has no `[secrets]` entry."""
+    from sweep.credentials import DEFAULT_VARIABLE
+    from sweep.runtimes.preflight import missing_key_families
+    for where, role, runtime, family in missing_key_families(plan, [fc.candidate for fc in frozen])[:1]:
+        variable = DEFAULT_VARIABLE.get(family, "THE_KEY_VARIABLE")
+        raise ConfigError(f"{where}: role {role} is played by runtime {runtime}, which needs a key of family "
+                          f"{family!r}, and the plan's [secrets] has no {family!r} entry",
+                          path=plan_path, field=f"secrets.{family}",
+                          hint=f'add [secrets] {family} = {{ file = "/path/to/key" }} (a 0600 file of yours) '
+                               f'or {family} = {{ env = "{variable}" }} (read from the controller\'s environment)')
 
 
 def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
@@ -219,12 +302,18 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
                           hint="give --campaign a new directory")
     plan = load_plan(plan_path)
     frozen = resolve_candidates(plan, plan_path)
-    check_local_sources(frozen, plan_path)
+    commits = check_local_sources(frozen, plan_path)
+    from sweep.priors import load_priors
+    priors = load_priors(plan.prior_verified, plan_path)     # each re-validated: a changed one is an error
     warnings = preflight_scheduler(plan, frozen, plan_path)
     sha = plan_sha256(plan)
+    if plan.environment is not None:      # every path absolute and checked, frozen as resolved
+        plan = plan.model_copy(update={"environment": resolve_environment(plan.environment, plan_path,
+                                                                          campaign_dir)})
     if plan.secrets:      # paths frozen absolute, each file checked (0600, yours) before anything is written
         from sweep.credentials import resolve_plan_secrets
         plan = plan.model_copy(update={"secrets": resolve_plan_secrets(plan.secrets, plan_path)})
+    _refuse_missing_keys(plan, frozen, plan_path)     # a runtime's key named now, not parked on a 401 later
     # the agent CLIs the plan uses: installed, runnable inside the sandbox, options valid; a missing
     # binary or a bad argv is a config error now, never an attempt or an "outage" park later
     from sweep.runtimes.preflight import check_agent_runtimes
@@ -239,32 +328,36 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
             raise ConfigError("this directory already holds a campaign made from a different plan; "
                               "a campaign's plan is frozen", path=existing,
                               hint="use a new --campaign directory for the changed plan")
-        written = _write_runs(campaign_dir, plan, frozen)    # completes a crashed init, else no-op
+        written = _write_runs(campaign_dir, plan, frozen, _duplicates(priors, frozen, commits))
+        # (completes a crashed init, else no-op)
         return InitResult(current, False, written, warnings)
-    if campaign_dir.exists() and any(p.name not in {"roles", "runs", "plan.toml", "plan.json"}
+    if campaign_dir.exists() and any(p.name not in {ROLES_DIR, RUNS_DIR, *PLAN_INPUTS}
                                      for p in campaign_dir.iterdir()):
         raise ConfigError("directory is not empty and is not a sweep campaign", path=campaign_dir,
                           hint="choose a new directory")
-    plan_copy = campaign_dir / ("plan.json" if plan_path.suffix.lower() == ".json" else "plan.toml")
+    toml_plan, json_plan = PLAN_INPUTS
+    plan_copy = campaign_dir / (json_plan if plan_path.suffix.lower() == ".json" else toml_plan)
+    programs, ready_warnings = check_test_commands(plan, frozen)
+    warnings += ready_warnings
     campaign = CampaignFile(campaign_id=hashlib.sha256(f"{campaign_dir}\0{sha}\0{time.time()}".encode())
                             .hexdigest()[:8], plan_sha256=sha, plan_file=plan_copy.name,
                             created_at=time.time(), sweep_version=__version__,
-                            candidate_count=len(frozen),
+                            candidate_count=len(frozen), test_programs=programs, priors=priors,
                             settings=PlanSettings.model_validate(plan.model_dump(exclude={"candidates"})))
     # Rendered (and proven to read back) before anything is created: a plan whose settings TOML
     # cannot hold is refused with nothing written, not after the runs exist.
     campaign_text = _campaign_text(campaign, plan_path)
     make_private_dir(campaign_dir)
     _copy_roles(campaign_dir)
-    written = _write_new_runs(campaign_dir, plan, frozen)
+    written = _write_new_runs(campaign_dir, plan, frozen, _duplicates(priors, frozen, commits))
     write_atomic(plan_copy, plan_path.read_bytes())
     _sync_filesystem(campaign_dir)       # every run durable before campaign.toml says they exist
-    write_atomic(campaign_dir / CAMPAIGN_FILE, campaign_text)
+    write_atomic(CampaignPaths(campaign_dir).campaign_file, campaign_text)
     return InitResult(campaign, True, written, warnings)
 
 
 def _copy_roles(campaign_dir: Path) -> None:
-    target = make_private_dir(campaign_dir / "roles")
+    target = make_private_dir(CampaignPaths(campaign_dir).roles)
     for entry in resources.files("roles").iterdir():
         if entry.name.endswith(".toml"):
             write_atomic(target / entry.name, entry.read_bytes())
@@ -276,7 +369,7 @@ def role_cost_caps(campaign_dir: Path) -> dict[str, float | None]:
     caps: dict[str, float | None] = {}
     for role in PIPELINE_ROLES:
         try:
-            caps[role] = load_manifest(campaign_dir / "roles" / f"{role}.toml").budget.cost_cap_usd
+            caps[role] = load_manifest(CampaignPaths(campaign_dir).role_manifest(role)).budget.cost_cap_usd
         except (ConfigError, OSError):
             caps[role] = None
     return caps
@@ -292,15 +385,33 @@ def largest_session_reservation(caps: dict[str, float | None], options) -> float
         for role in PIPELINE_ROLES])
 
 
-def _initial_record(plan: Plan, fc: FrozenCandidate, reservation_usd: float) -> RunRecord:
+def _duplicates(priors: list, frozen: list[FrozenCandidate], commits: dict[int, tuple[str, str]]) -> dict[str, str]:
+    """run id -> why it is a duplicate of a prior (the same GitHub PR, or the same commits)."""
+    from sweep.priors import duplicate_of
+    out = {}
+    for fc in frozen:
+        prior = duplicate_of(priors, fc.pr_key, commits.get(fc.panel_index)) if priors else None
+        if prior is not None:
+            out[fc.run_id] = f"the same PR as the verified prior {prior.entry} ({prior.kind} {prior.path})"
+    return out
+
+
+def _initial_record(plan: Plan, fc: FrozenCandidate, reservation_usd: float, duplicate: str | None = None) -> RunRecord:
+    """A queued run; a duplicate of a verified prior is written ended `blocked: duplicate` instead,
+    so that no tick admits it."""
     opts = fc.candidate.options
-    return RunRecord(run_id=fc.run_id, panel_index=fc.panel_index, gpus=opts.gpus, provider=opts.provider,
-                     lane="gpu" if opts.gpus else "cpu", max_attempts=plan.max_attempts,
-                     max_interruptions=plan.max_interruptions, cap_usd=opts.max_spend_usd,
-                     reservation_usd=reservation_usd)
+    record = RunRecord(run_id=fc.run_id, panel_index=fc.panel_index, gpus=opts.gpus, provider=opts.provider,
+                       lane="gpu" if opts.gpus else "cpu", max_attempts=plan.max_attempts,
+                       max_interruptions=plan.max_interruptions, cap_usd=opts.max_spend_usd,
+                       reservation_usd=reservation_usd)
+    if duplicate is None:
+        return record
+    return record.model_copy(update={"state": RunState.ended, "outcome": Outcome.blocked,
+                                     "reason": EndReason.duplicate.value, "cause": "duplicate",
+                                     "cause_detail": duplicate[:300]})
 
 
-def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -> int:
+def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate], duplicates: dict[str, str]) -> int:
     """Complete the runs of a campaign whose campaign.toml exists: only a missing state.json is
     written (a run that exists may have moved on since), each write durable on its own."""
     written = 0
@@ -312,8 +423,8 @@ def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -
         if prior.value is None or prior.value != fc:
             write_model_atomic(cand_path, fc)
         if load_record(rdir).missing:
-            save_record(rdir, _initial_record(plan, fc,
-                                              largest_session_reservation(caps, fc.candidate.options)))
+            save_record(rdir, _initial_record(plan, fc, largest_session_reservation(caps, fc.candidate.options),
+                                              duplicates.get(fc.run_id)))
             written += 1
     return written
 
@@ -321,7 +432,7 @@ def _write_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-def _write_new_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate]) -> int:
+def _write_new_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate], duplicates: dict[str, str]) -> int:
     """Write every run of a campaign that has no campaign.toml yet, WITHOUT a per-file fsync.
 
     Nothing reads a run before campaign.toml exists, and campaign.toml is written only after one
@@ -349,26 +460,26 @@ def _write_new_runs(campaign_dir: Path, plan: Plan, frozen: list[FrozenCandidate
         try:
             os.mkdir(rdir, DIR_MODE)
         except FileExistsError:
-            written += _repair_run(Path(rdir), plan, fc, reservation)
+            written += _repair_run(Path(rdir), plan, fc, reservation, duplicates.get(fc.run_id))
             continue
         if not umask_ok:
             os.chmod(rdir, DIR_MODE)
         _create(f"{rdir}/{CANDIDATE_FILE}", dump_model(fc))
-        record = _initial_record(plan, fc, reservation)
+        record = _initial_record(plan, fc, reservation, duplicates.get(fc.run_id))
         record.check_invariants()
         _create(f"{rdir}/{STATE_FILE}", dump_model(record))
         written += 1
     return written
 
 
-def _repair_run(rdir: Path, plan: Plan, fc: FrozenCandidate, reservation_usd: float) -> int:
+def _repair_run(rdir: Path, plan: Plan, fc: FrozenCandidate, reservation_usd: float, duplicate: str | None) -> int:
     """A run directory left by a crashed init (no campaign.toml, so nothing else touched it):
     rewrite what is missing, torn or different. Returns 1 if state.json was (re)written."""
     create_run_dir(rdir.parent.parent, fc.run_id)
     prior = read_model(rdir / CANDIDATE_FILE, FrozenCandidate)
     if prior.value is None or prior.value != fc:
         write_atomic(rdir / CANDIDATE_FILE, dump_model(fc))
-    want = _initial_record(plan, fc, reservation_usd)
+    want = _initial_record(plan, fc, reservation_usd, duplicate)
     have = load_record(rdir).value
     if have is not None and have.model_dump(exclude={"created", "updated"}) == \
             want.model_dump(exclude={"created", "updated"}):
@@ -448,6 +559,11 @@ class Campaign:
     @property
     def settings(self) -> PlanSettings:
         return self.file.settings
+
+    @property
+    def paths(self) -> CampaignPaths:
+        """Where each campaign-level file lives (runstate/paths.py)."""
+        return CampaignPaths(self.dir)
 
     def run(self, run_id: str) -> RunPaths:
         return RunPaths(self.dir, run_id)

@@ -36,6 +36,21 @@ DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
+class SandboxEnvironment:
+    """The toolchains a sandbox sees: what the plan's `[environment]` declares, resolved by
+    `sweep init` (sweep/models/environment.py). `path` is the child's whole PATH (absolute
+    entries, in order); `binds` are bound read-only (never a home directory); `variables` are set
+    in every session and trial. A provider given one uses exactly it, never the caller's PATH."""
+    path: tuple[str, ...] = ()
+    binds: tuple[Path, ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def path_text(self) -> str:
+        return os.pathsep.join(self.path)
+
+
+@dataclass(frozen=True)
 class FromEnv:
     """A secret read at launch from the caller's environment variable `name` (never stored)."""
     name: str
@@ -65,6 +80,11 @@ class ExecSpec:
     # Called with each chunk of (redacted) stdout as it arrives; a non-empty return value stops the
     # process group and is reported as `stopped`. How sweep enforces caps a CLI cannot apply itself.
     stdout_watch: Callable[[bytes], str | None] | None = None
+    # A fixed view: host directory -> the path the sandbox shows it at (the repository at /app, as
+    # the task container's WORKDIR). Every bound path under one, the working directory, argv and
+    # environment values naming one are shown there, so no host path, campaign or run id is seen.
+    # A provider without a sandbox of its own (isolation none) runs at the host paths.
+    view: tuple[tuple[Path, str], ...] = ()
 
 
 @dataclass

@@ -26,9 +26,9 @@ from pydantic import BaseModel, ConfigDict
 
 from runstate.errors import ConfigError, SweepError
 from runstate.files import make_private_dir, read_model, write_model_atomic
+from runstate.paths import RUNTIME_DIR as RUNTIME_DIR, CampaignPaths
 from sweep.tree import file_sha256
 
-RUNTIME_DIR = "runtime"
 CURRENT = "current.json"
 LAUNCHER = '''\
 """Launch the frozen sweep runtime next to this file (written by `sweep runtime freeze`)."""
@@ -58,7 +58,7 @@ class FrozenRuntime(BaseModel):
 
 
 def runtime_root(campaign_dir: Path) -> Path:
-    return Path(campaign_dir) / RUNTIME_DIR
+    return CampaignPaths(campaign_dir).runtime
 
 
 def current_runtime(campaign_dir: Path) -> FrozenRuntime | None:

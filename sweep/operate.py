@@ -27,12 +27,12 @@ from pathlib import Path
 
 from runstate.errors import ConfigError, SweepError
 from runstate.lease import acquire_lease, read_lease, reap_lease, release_lease
-from runstate.models import Event, Outcome, Phase, RunRecord, RunState, truncate, validate_run_id
-from runstate.paths import RunPaths
+from runstate.models import Event, Outcome, RunRecord, RunState, truncate, validate_run_id
+from runstate.phases import PHASE_TABLE
+from runstate.paths import LOCK_FILE, CampaignPaths, RunPaths
 from runstate.runs import append_event, load_record, run_dir, save_record
 from sweep.models.evidence import Checkpoints
 
-LOCK_FILE = "tick.lock"
 LOCK_WAIT_S = 300.0         # longer than a tick normally takes; a hung tick ends at max_runtime_s
 ABORT_REASON = "aborted"
 
@@ -62,7 +62,7 @@ def _who() -> str:
 class _TickLock:
     def __init__(self, campaign_dir: Path, wait_s: float):
         from filelock import FileLock
-        self.lock = FileLock(str(Path(campaign_dir) / LOCK_FILE), timeout=wait_s, mode=0o600)
+        self.lock = FileLock(str(CampaignPaths(campaign_dir).tick_lock), timeout=wait_s, mode=0o600)
         self.wait_s = wait_s
 
     def __enter__(self):
@@ -148,7 +148,7 @@ def retry_run(campaign_dir: Path, run_id: str, *, reason: str | None = None,
                     "reason": truncate(reason, 500), "after_revision": last_revision,
                     "by": _who(), "at": time.time()}
         new = rec.model_copy(update={
-            "state": RunState.queued, "phase": Phase.intake, "outcome": None, "reason": None, "attempts": 0,
+            "state": RunState.queued, "phase": PHASE_TABLE.first, "outcome": None, "reason": None, "attempts": 0,
             "checkpoints": {"retry": retry_cp}, "last_error": None, "hold_reason": None, "canary_for": None,
             "parked_until": None, "parked_role": None, "job_id": None, "submit_token": None,
             # fresh interruptions too: a run ended max_interrupted gets its full allowance again
@@ -219,3 +219,77 @@ def abort_run(campaign_dir: Path, run_id: str, *, reason: str | None = None, wai
                       detail=f"blocked:{ABORT_REASON}" + (f": {reason}" if reason else ""))
         written = _write_holding_lease(rdir, rec, new, event)
     return Done(run_id, f"{run_id}: {cancelled}ended blocked: {ABORT_REASON}", written)
+
+
+# ---- clear a cooldown ----------------------------------------------------------------------------
+
+def _ack_breaker_for(campaign_dir: Path, details: list[str], released: list[str], who: str):
+    """The circuit breaker's trip, acknowledged, when the cooldowns just cleared are its cause (a
+    bad key parks its run and trips the breaker at once, so clearing the key family's cooldown
+    alone would leave admission stopped); None when it has not tripped or tripped on another."""
+    from runstate.breaker import acknowledge, tripped
+    trip = tripped(campaign_dir)
+    if trip is None or not (any(trip.cause in d for d in details) or set(trip.runs) & set(released)):
+        return None
+    return acknowledge(campaign_dir, trip.cause, who=who)
+
+
+def clear_cooldown(campaign_dir: Path, roles: list[str], *, family: str | None = None, reason: str | None = None,
+                   lock_wait_s: float = LOCK_WAIT_S) -> Done:
+    """End the cooldown of `roles` (and of every role of key family `family`) now, once the operator
+    fixed the key: each role's stamp is rewritten as expired (so, as after any cooldown, one canary
+    run goes first and its success clears the stamp), and each queued run parked for one of those
+    roles is released, with a `cooldown_cleared` event on it. A config park otherwise holds a
+    family for 45 minutes after the fix."""
+    from roles import load_roles_dir
+    from runstate.markers import read_outage, stamp_outage
+    from runstate.models import PIPELINE_ROLES
+    from runstate.runs import list_runs
+    from sweep.campaign import load_campaign
+    from sweep.runtimes import key_family_of
+    campaign_dir = Path(campaign_dir).resolve()
+    campaign = load_campaign(campaign_dir)
+    for role in roles:
+        if role not in PIPELINE_ROLES:
+            raise ConfigError(f"{role!r} is not a role (roles: {', '.join(PIPELINE_ROLES)})", field="ROLE")
+    chosen = set(roles)
+    if family is not None:
+        specs = load_roles_dir(campaign_dir / "roles")
+        defaults = campaign.settings.defaults.runtimes
+        for role in PIPELINE_ROLES:
+            stamp = read_outage(campaign_dir, role).value
+            if (role in specs and key_family_of(specs[role], getattr(defaults, role)) == family) or \
+                    (stamp is not None and f"key family {family}" in (stamp.detail or "")):
+                chosen.add(role)
+    if not chosen:
+        raise ConfigError("name a role or a key family whose cooldown to clear", field="ROLE",
+                          hint="sweep clear-cooldown solver, or sweep clear-cooldown --family openai")
+    now = time.time()
+    who = _who()
+    cleared, released, details = [], [], []
+    with _TickLock(campaign_dir, lock_wait_s):
+        for role in sorted(chosen):
+            stamp = read_outage(campaign_dir, role).value
+            if stamp is None:
+                continue
+            note = f"cleared by {who}" + (f": {truncate(reason, 200)}" if reason else "")
+            stamp_outage(campaign_dir, role, stamp.kind, truncate(f"{stamp.detail or ''} [{note}]", 1000),
+                         now=now, stamped_by=who, cooldown_s=0.0)
+            cleared.append(role)
+            details.append(stamp.detail or "")
+        for run_id, rec in sorted(list_runs(campaign_dir).records.items()):
+            if rec.state is not RunState.queued or rec.parked_role not in chosen or rec.parked_until is None:
+                continue
+            event = Event(run_id=run_id, kind="cooldown_cleared", from_state="queued", to_state="queued", by=who,
+                          detail=f"the {rec.parked_role} cooldown was cleared by the operator"
+                                 + (f": {reason}" if reason else ""))
+            new = rec.model_copy(update={"parked_until": None, "parked_role": None, "hold_reason": None})
+            _write_holding_lease(run_dir(campaign_dir, run_id), rec, new, event)
+            released.append(run_id)
+        acked = _ack_breaker_for(campaign_dir, details, released, who)
+    what = ", ".join(sorted(chosen))
+    message = (f"cooldown cleared for {', '.join(cleared) or 'no stamped role'} (asked: {what}); "
+               f"{len(released)} parked run(s) released")
+    if acked is not None:
+        message += f"; the circuit breaker it tripped ({acked.cause}, lane {acked.lane}) is acknowledged"
+    return Done(run_id=",".join(released), message=message)

@@ -42,6 +42,16 @@ class Registry(Mapping[str, Plugin]):
     def __len__(self) -> int:
         return len(self._plugins)
 
+    def register(self, name: str, plugin: Plugin | str) -> None:
+        """Add a plugin under a name it does not have yet (the shipped ones are the literal tables:
+        SCHEDULERS, PROVIDERS, RUNTIMES; this is how an extension or a test adds one)."""
+        if name in self._plugins:
+            raise ValueError(f"{self.kind} {name!r} is registered already")
+        self._plugins[name] = plugin if isinstance(plugin, Plugin) else Plugin(plugin)
+
+    def unregister(self, name: str) -> None:
+        self._plugins.pop(name, None)
+
     def unknown(self, name: str) -> ConfigError:
         return ConfigError(f"unknown {self.kind} {name!r}; available: {', '.join(sorted(self._plugins))}",
                            field=self.field)

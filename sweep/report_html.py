@@ -46,6 +46,10 @@ class Data:
     spend: list = field(default_factory=list)         # (ts, usd)
     lanes: list = field(default_factory=list)         # (start, end, lane, run_id)
     phases: list = field(default_factory=list)        # (seconds, phase, run_id)
+    role_spend: dict = field(default_factory=dict)    # role -> USD (settled actuals + open reservations)
+    wall: list = field(default_factory=list)          # (seconds admitted -> ended, run_id)
+    max_parallel: int = 0
+    max_gpu_parallel: int = 0
     first: float = 0.0
     last: float = 0.0
 
@@ -56,16 +60,19 @@ def collect(campaign_dir: Path, now: float | None = None) -> Data:
     campaign = load_campaign(campaign_dir)
     s = campaign.settings
     now = time.time() if now is None else now
-    data = Data(s.name, campaign.campaign_id, s.target_verified, s.max_spend_usd)
+    data = Data(s.name, campaign.campaign_id, s.target_verified, s.max_spend_usd,
+                max_parallel=s.max_parallel, max_gpu_parallel=s.max_gpu_parallel)
     listing = list_runs(campaign_dir)
     stamps: list[float] = []
     for run_id, rec in listing.records.items():
         rdir = run_dir(campaign_dir, run_id)
         frozen = read_model(RunPaths.at(rdir).candidate, FrozenCandidate).value    # None: unreadable, no title
         data.runs[run_id] = {"state": rec.state.value, "outcome": rec.outcome.value if rec.outcome else None,
-                             "reason": rec.reason, "lane": rec.lane, "spent": rec.spent_usd,
-                             "title": frozen.candidate.title if frozen else None}
+                             "reason": rec.reason, "cause": rec.cause, "lane": rec.lane, "spent": rec.spent_usd,
+                             "title": (frozen.candidate.title if frozen else None) or _source_title(rdir),
+                             "rewards": _rollout_rewards(rdir)}
         events, _ = read_events(rdir)
+        admitted_at = next((ev.ts for ev in events if ev.kind in ("admitted", "adopted")), None)
         open_since: float | None = None
         started: dict[str, float] = {}
         last_end = None
@@ -86,6 +93,8 @@ def collect(campaign_dir: Path, now: float | None = None) -> Data:
             data.lanes.append((open_since, now, rec.lane, run_id))
         if rec.state is RunState.ended and rec.outcome is not None:
             data.endings.append((last_end if last_end is not None else rec.updated, rec.outcome.value, run_id))
+            if admitted_at is not None and last_end is not None:
+                data.wall.append((last_end - admitted_at, run_id))
             stamps.append(last_end if last_end is not None else rec.updated)
         ledger = read_model(RunPaths.at(rdir).spend, SpendLedger).value        # None: none yet, or unreadable
         for entry in ledger.entries if ledger else []:
@@ -93,13 +102,39 @@ def collect(campaign_dir: Path, now: float | None = None) -> Data:
             if usd is not None and math.isfinite(usd) and usd >= 0 and math.isfinite(entry.at):
                 data.spend.append((entry.at, usd))
                 stamps.append(entry.at)
+                role = (entry.what or "other").split()[0]
+                data.role_spend[role] = data.role_spend.get(role, 0.0) + usd
     data.endings.sort()
     data.spend.sort()
     data.phases.sort(reverse=True)
+    data.wall.sort(reverse=True)
     stamps = [t for t in stamps if math.isfinite(t)]
     data.first = min(stamps) if stamps else now
     data.last = max(max(stamps) if stamps else now, data.first + 1.0)
     return data
+
+
+def _source_title(rdir: Path) -> str | None:
+    """A local candidate has no title in the plan: the head commit's subject, as intake recorded it."""
+    from sweep.models.evidence import SourceEvidence
+    src = read_model(RunPaths.at(rdir).source, SourceEvidence).value
+    return (src.title or None) if src is not None else None
+
+
+def _rollout_rewards(rdir: Path) -> list[float]:
+    """The rewards of the newest solve evidence's rollouts (None, a rollout that gave none, is a 0)."""
+    from sweep.models.evidence import SolveEvidence
+    files = sorted((rdir / "evidence").glob("solve-r*.json")) if (rdir / "evidence").is_dir() else []
+    for path in reversed(files):
+        ev = read_model(path, SolveEvidence).value
+        if ev is not None:
+            return [float(r.reward or 0.0) for r in ev.rollouts]
+    return []
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 # ---- drawing ---------------------------------------------------------------------------------------
@@ -110,9 +145,14 @@ def _fmt_t(ts: float, span: float) -> str:
 
 
 class Axes:
-    def __init__(self, name: str, x0: float, x1: float, y1: float, *, x_is_time: bool = True, y_label: str = ""):
+    def __init__(self, name: str, x0: float, x1: float, y1: float, *, x_is_time: bool = True, y_label: str = "",
+                 integer: bool = False):
         self.name, self.x0, self.x1 = name, x0, max(x1, x0 + 1e-9)
         self.y1 = y1 if y1 > 0 else 1.0
+        self.integer = integer             # a count: ticks on whole numbers only
+        if integer:
+            self.step = max(1, math.ceil(self.y1 / 4))
+            self.y1 = float(self.step * math.ceil(self.y1 / self.step))
         self.parts: list[str] = []
         self.x_is_time = x_is_time
         self.y_label = y_label
@@ -127,17 +167,19 @@ class Axes:
         p = self.parts
         p.append(f'<line x1="{PAD_L}" y1="{H - PAD_B}" x2="{W - PAD_R}" y2="{H - PAD_B}" stroke="#444"/>')
         p.append(f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{H - PAD_B}" stroke="#444"/>')
-        for i in range(5):
-            v = self.y1 * i / 4
+        ticks = ([self.step * k for k in range(int(self.y1 / self.step) + 1)] if self.integer
+                 else [self.y1 * i / 4 for i in range(5)])
+        for v in ticks:
             yy = self.y(v)
-            label = f"{v:.2f}" if self.y1 < 10 and v != int(v) else f"{v:.0f}"
+            label = f"{v:.0f}" if self.integer else (f"{v:.2f}" if self.y1 < 10 and v != int(v) else f"{v:.0f}")
             p.append(f'<line x1="{PAD_L}" y1="{yy:.1f}" x2="{W - PAD_R}" y2="{yy:.1f}" stroke="#eee"/>')
             p.append(f'<text x="{PAD_L - 6}" y="{yy + 4:.1f}" text-anchor="end" font-size="11">{esc(label)}</text>')
         if self.x_is_time:
             span = self.x1 - self.x0
             for i in range(5):
                 v = self.x0 + span * i / 4
-                p.append(f'<text x="{self.x(v):.1f}" y="{H - PAD_B + 16}" text-anchor="middle" font-size="11">'
+                anchor = "start" if i == 0 else "end" if i == 4 else "middle"    # no label cut at an edge
+                p.append(f'<text x="{self.x(v):.1f}" y="{H - PAD_B + 16}" text-anchor="{anchor}" font-size="11">'
                          f'{esc(_fmt_t(v, span))}</text>')
         if self.y_label:
             p.append(f'<text x="14" y="{PAD_T + (H - PAD_T - PAD_B) / 2:.0f}" font-size="11" '
@@ -150,7 +192,7 @@ class Axes:
             lx = PAD_L + 10 + i * 170
             items.append(f'<rect x="{lx}" y="4" width="10" height="10" fill="{color}"/>'
                          f'<text x="{lx + 14}" y="13" font-size="11">{esc(label)}</text>')
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" data-plot="{esc(self.name)}" width="{W}" height="{H}" '
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" data-plot="{esc(self.name)}" width="100%" '
                 f'viewBox="0 0 {W} {H}" role="img">' + "".join(self.parts) + "".join(items) + "</svg>")
 
 
@@ -162,7 +204,7 @@ def _empty(name: str, why: str) -> str:
 def plot_endings(d: Data) -> str:
     if not d.endings:
         return _empty("endings", "no run has ended yet")
-    ax = Axes("endings", d.first, d.last, max(1, len(d.endings)), y_label="runs ended (cumulative)")
+    ax = Axes("endings", d.first, d.last, max(1, len(d.endings)), y_label="runs ended (cumulative)", integer=True)
     ax.frame()
     for outcome in ("verified", "generated_unverified", "blocked"):
         pts, n = [(d.first, 0)], 0
@@ -192,7 +234,7 @@ def plot_verified_per_hour(d: Data) -> str:
     for ts in verified:
         counts[min(hours - 1, int((ts - start) // 3600))] += 1
     slots = max(hours, (W - PAD_L - PAD_R) / 60.0)          # a lone hour is one bar wide, not the whole plot
-    ax = Axes("verified_per_hour", 0, slots, max(counts), x_is_time=False, y_label="verified")
+    ax = Axes("verified_per_hour", 0, slots, max(counts), x_is_time=False, y_label="verified", integer=True)
     ax.frame()
     bw = min(60.0, (W - PAD_L - PAD_R) / hours)
     for i, n in enumerate(counts):
@@ -243,9 +285,15 @@ def plot_lanes(d: Data) -> str:
     series = {}
     for lane in ("cpu", "gpu"):
         series[lane] = [(t, sum(1 for s, e, ln, _ in d.lanes if ln == lane and s <= t < e)) for t in edges]
-    top = max(v for pts in series.values() for _, v in pts) or 1
-    ax = Axes("lanes", d.first, d.last, top, y_label="active runs")
+    top = max(max(v for pts in series.values() for _, v in pts), d.max_parallel) or 1
+    ax = Axes("lanes", d.first, d.last, top, y_label="active runs", integer=True)
     ax.frame()
+    for limit, color, label in ((d.max_parallel, "#444", "max_parallel"),
+                                (d.max_gpu_parallel, COLORS["gpu"], "max_gpu_parallel")):
+        if limit and (label == "max_parallel" or any(ln == "gpu" for _, _, ln, _ in d.lanes)):
+            yy = ax.y(limit)
+            ax.parts.append(f'<line x1="{PAD_L}" y1="{yy:.1f}" x2="{W - PAD_R}" y2="{yy:.1f}" stroke="{color}" '
+                            f'stroke-dasharray="4 4"><title>{label} {limit}</title></line>')
     for lane, pts in series.items():
         if not any(v for _, v in pts):
             continue
@@ -259,7 +307,7 @@ def plot_lanes(d: Data) -> str:
         ax.parts.append(f'<rect class="datum" x="{ax.x(s):.1f}" y="{H - PAD_B - 6 - (8 if lane == "gpu" else 0)}" '
                         f'width="{max(1.0, ax.x(e) - ax.x(s)):.1f}" height="5" fill="{COLORS[lane]}" opacity="0.5">'
                         f'<title>{esc(run_id)} on {esc(lane)}: {e - s:.0f}s</title></rect>')
-    return ax.svg([("cpu lane", COLORS["cpu"]), ("gpu lane", COLORS["gpu"])])
+    return ax.svg([("cpu lane", COLORS["cpu"]), ("gpu lane", COLORS["gpu"]), (f"max_parallel {d.max_parallel}", "#444")])
 
 
 def _hbars(name: str, rows: list[tuple[str, float, str]], unit: str) -> str:
@@ -272,16 +320,17 @@ def _hbars(name: str, rows: list[tuple[str, float, str]], unit: str) -> str:
     parts = []
     for i, (label, value, color) in enumerate(rows):
         y = PAD_T + i * row_h
+        unit_of = unit[:-1] if value == 1 and unit.endswith("s") and len(unit) > 1 else unit   # 1 run, 2 runs
         width = (W - label_w - 80) * value / top
         short = label if len(label) <= 48 else label[:47] + "…"
         parts.append(f'<text x="{label_w - 8}" y="{y + 14}" text-anchor="end" font-size="11">{esc(short)}'
                      f'<title>{esc(label)}</title></text>')
         parts.append(f'<rect class="datum" x="{label_w}" y="{y + 3}" width="{max(1.0, width):.1f}" '
-                     f'height="{row_h - 6}" fill="{color}"><title>{esc(label)}: {value:g} {esc(unit)}</title></rect>')
+                     f'height="{row_h - 6}" fill="{color}"><title>{esc(label)}: {value:g} {esc(unit_of)}</title></rect>')
         parts.append(f'<text x="{label_w + max(1.0, width) + 6:.1f}" y="{y + 14}" font-size="11">'
                      f'{esc(f"{value:.1f}" if isinstance(value, float) and value != int(value) else f"{value:g}")} '
-                     f'{esc(unit)}</text>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" data-plot="{esc(name)}" width="{W}" height="{height}" '
+                     f'{esc(unit_of)}</text>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" data-plot="{esc(name)}" width="100%" '
             f'viewBox="0 0 {W} {height}">' + "".join(parts) + "</svg>")
 
 
@@ -290,13 +339,90 @@ def plot_failures(d: Data) -> str:
     color: dict[str, str] = {}
     for run in d.runs.values():
         if run["outcome"] in ("generated_unverified", "blocked"):
-            key = f"{run['outcome']}: {run['reason'] or '(no reason)'}"
+            key = f"{run['outcome']}: {run['cause'] or run['reason'] or '(no reason)'}"
             counts[key] = counts.get(key, 0) + 1
             color[key] = COLORS[run["outcome"]]
     rows = sorted(((k, float(v), color[k]) for k, v in counts.items()), key=lambda r: -r[1])[:20]
     if not rows:
         return _empty("failures", "no run ended without being verified")
     return _hbars("failures", rows, "runs")
+
+
+def plot_causes_over_time(d: Data, top_n: int = 6) -> str:
+    """Endings short of verified, cumulative, one line per cause (the most frequent ones)."""
+    ends = [(ts, d.runs[rid]["cause"] or d.runs[rid]["reason"] or "(none)", rid)
+            for ts, out, rid in d.endings if out != "verified"]
+    if not ends:
+        return _empty("causes", "no run ended without being verified")
+    totals: dict[str, int] = {}
+    for _, cause, _ in ends:
+        totals[cause] = totals.get(cause, 0) + 1
+    shown = sorted(totals, key=lambda c: (-totals[c], c))[:top_n]
+    palette = ["#c62828", "#f9a825", "#6a1b9a", "#1565c0", "#5d4037", "#00838f"]
+    ax = Axes("causes", d.first, d.last, max(totals[c] for c in shown), y_label="runs (cumulative)", integer=True)
+    ax.frame()
+    for cause, color in zip(shown, palette, strict=False):
+        pts, n = [(d.first, 0)], 0
+        for ts, c, rid in ends:
+            if c == cause:
+                n += 1
+                pts += [(ts, n - 1), (ts, n)]
+                ax.parts.append(f'<circle class="datum" cx="{ax.x(ts):.1f}" cy="{ax.y(n):.1f}" r="3" fill="{color}">'
+                                f'<title>{esc(rid)}: {esc(cause)}</title></circle>')
+        pts.append((d.last, n))
+        path = " ".join(f"{ax.x(t):.1f},{ax.y(v):.1f}" for t, v in pts)
+        ax.parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+    return ax.svg([(f"{c} {totals[c]}", col) for c, col in zip(shown, palette, strict=False)])
+
+
+def plot_solve_rates(d: Data) -> str:
+    """How many tasks the blind rollouts solved all, some or none of the time."""
+    rates = [sum(r["rewards"]) / len(r["rewards"]) for r in d.runs.values() if r["rewards"]]
+    if not rates:
+        return _empty("solve_rates", "no rollout has been recorded yet")
+    buckets = [("solved by every rollout", sum(1 for x in rates if x >= 1.0)),
+               ("solved by some rollouts", sum(1 for x in rates if 0.0 < x < 1.0)),
+               ("solved by none", sum(1 for x in rates if x <= 0.0))]
+    colors = [COLORS["verified"], COLORS["generated_unverified"], COLORS["blocked"]]
+    return _hbars("solve_rates", [(label, float(n), c) for (label, n), c in zip(buckets, colors, strict=True) if n], "tasks")
+
+
+def _steering_table(d: Data) -> str:
+    """The figures to steer a campaign by: cost per verified task (total and per role), solve rate."""
+    verified = sum(1 for r in d.runs.values() if r["outcome"] == "verified")
+    spent = sum(usd for _, usd in d.spend)
+    per = (lambda usd: f"{usd / verified:.4f} USD") if verified else (lambda usd: "— (none verified yet)")
+    rows = [("verified tasks", str(verified)), ("spent", f"{spent:.4f} USD"), ("cost per verified task", per(spent))]
+    rows += [(f"  of which {role}", per(usd)) for role, usd in sorted(d.role_spend.items())]
+    rates = [sum(r["rewards"]) / len(r["rewards"]) for r in d.runs.values() if r["rewards"]]
+    if rates:
+        rows.append(("solve rate over tasks with rollouts", f"{statistics.mean(rates):.2f} "
+                     f"(median {statistics.median(rates):.2f}, {len(rates)} task{'' if len(rates) == 1 else 's'})"))
+    body = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f'<table class="steer">{body}</table>'
+
+
+def _role_phase_table(d: Data) -> str:
+    """Time in phase per role: median and p90 of each phase's finished runs."""
+    from runstate.phases import PHASE_TABLE
+    roles = {row.phase: row.role for row in PHASE_TABLE.rows}
+    by_phase: dict[str, list[float]] = {}
+    for seconds, phase, _ in d.phases:
+        by_phase.setdefault(phase, []).append(seconds)
+    order = [row.phase for row in PHASE_TABLE.rows if row.phase in by_phase] + \
+        sorted(p for p in by_phase if p not in roles)
+    rows = "".join(f"<tr><td>{esc(p)}</td><td>{esc(roles.get(p) or '-')}</td><td>{len(by_phase[p])}</td>"
+                   f"<td>{statistics.median(by_phase[p]):.1f}</td><td>{_percentile(by_phase[p], 0.9):.1f}</td>"
+                   f"<td>{max(by_phase[p]):.1f}</td></tr>" for p in order)
+    return ('<table class="phases"><tr><th>phase</th><th>role</th><th>runs</th><th>median s</th><th>p90 s</th>'
+            "<th>max s</th></tr>" + rows + "</table>" if rows else "")
+
+
+def _slowest_runs_table(d: Data, n: int = 10) -> str:
+    rows = "".join(f"<tr><td>{esc(rid)}</td><td>{secs:.1f}</td><td>{esc(d.runs[rid]['outcome'] or '')}</td>"
+                   f"<td>{esc(d.runs[rid]['title'] or '')}</td></tr>" for secs, rid in d.wall[:n])
+    return ('<table class="slowest"><tr><th>run</th><th>admitted to ended, s</th><th>outcome</th><th>PR title</th></tr>'
+            + rows + "</table>" if rows else "<p>no run has ended yet</p>")
 
 
 def plot_slowest_phases(d: Data, n: int = 12) -> str:
@@ -306,25 +432,17 @@ def plot_slowest_phases(d: Data, n: int = 12) -> str:
     return _hbars("slowest_phases", rows, "s")
 
 
-def _phase_table(d: Data) -> str:
-    by_phase: dict[str, list[float]] = {}
-    for seconds, phase, _ in d.phases:
-        by_phase.setdefault(phase, []).append(seconds)
-    rows = "".join(f"<tr><td>{esc(p)}</td><td>{len(v)}</td><td>{statistics.median(v):.1f}</td>"
-                   f"<td>{max(v):.1f}</td></tr>" for p, v in sorted(by_phase.items(), key=lambda kv: -max(kv[1])))
-    return ("<table><tr><th>phase</th><th>runs</th><th>median s</th><th>max s</th></tr>" + rows + "</table>"
-            if rows else "")
-
-
 def _runs_table(d: Data, limit: int = 500) -> str:
     rows = []
     for run_id, r in sorted(d.runs.items())[:limit]:
         ending = r["outcome"] or r["state"]
+        why = r["cause"] or r["reason"] or ""
         rows.append(f'<tr class="{esc(ending)}"><td>{esc(run_id)}</td><td>{esc(ending)}</td>'
-                    f"<td>{esc(r['reason'] or '')}</td><td>{esc(r['lane'])}</td><td>{r['spent']:.4f}</td>"
+                    f"<td>{esc(why)}</td><td>{esc(r['lane'])}</td><td>{r['spent']:.4f}</td>"
                     f"<td>{esc(r['title'] or '')}</td></tr>")
-    more = f"<p>... and {len(d.runs) - limit} more runs</p>" if len(d.runs) > limit else ""
-    return ("<table><tr><th>run</th><th>state / outcome</th><th>reason</th><th>lane</th><th>USD</th>"
+    left = len(d.runs) - limit
+    more = f"<p>... and {left} more run{'' if left == 1 else 's'}</p>" if left > 0 else ""
+    return ("<table><tr><th>run</th><th>state / outcome</th><th>cause</th><th>lane</th><th>USD</th>"
             "<th>PR title</th></tr>" + "".join(rows) + "</table>" + more)
 
 
@@ -337,12 +455,17 @@ def render(d: Data, generated_at: float | None = None) -> str:
     summary = " · ".join(f"{esc(k)} {v}" for k, v in sorted(counts.items()))
     spent = sum(usd for _, usd in d.spend)
     sections = [
+        ("To steer by", _steering_table(d)),
         ("Endings over time", plot_endings(d)),
+        ("Endings short of verified, by cause", plot_causes_over_time(d)),
+        ("Solve rate of the blind rollouts", plot_solve_rates(d)),
         ("Verified per hour", plot_verified_per_hour(d)),
         ("Spend over time", plot_spend(d)),
         ("Lane occupancy", plot_lanes(d)),
         ("Failure reasons", plot_failures(d)),
-        ("Slowest phases", plot_slowest_phases(d) + _phase_table(d)),
+        ("Time in phase per role", _role_phase_table(d)),
+        ("Slowest phases", plot_slowest_phases(d)),
+        ("Slowest runs", _slowest_runs_table(d)),
     ]
     body = "".join(f"<section><h2>{esc(title)}</h2>{svg}</section>" for title, svg in sections)
     return f"""<!DOCTYPE html>
@@ -351,7 +474,8 @@ def render(d: Data, generated_at: float | None = None) -> str:
 <title>sweep report: {esc(d.name)}</title>
 <style>
 body {{ font-family: sans-serif; margin: 24px; color: #222; background: #fff; }}
-section {{ margin: 18px 0 28px; }}
+section {{ margin: 18px 0 28px; max-width: 1100px; }}
+svg {{ display: block; max-width: 1100px; height: auto; }}
 h1 {{ font-size: 22px; }} h2 {{ font-size: 16px; margin-bottom: 6px; }}
 table {{ border-collapse: collapse; font-size: 12px; margin-top: 8px; }}
 td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }}
@@ -362,7 +486,7 @@ tr.generated_unverified td:nth-child(2) {{ color: #b07d00; }}
 </style></head>
 <body>
 <h1>Campaign {esc(d.name)} <span class="meta">({esc(d.campaign_id)})</span></h1>
-<p class="meta">{len(d.runs)} runs: {summary}. Target {d.target} verified. Spent {spent:.2f} USD
+<p class="meta">{len(d.runs)} run{'' if len(d.runs) == 1 else 's'}: {summary}. Target {d.target} verified. Spent {spent:.2f} USD
 {f'of a {d.cap:.2f} USD cap' if d.cap else '(no campaign cap)'}.
 From {esc(_fmt_t(d.first, 1e9))} to {esc(_fmt_t(d.last, 1e9))}; written {esc(_fmt_t(generated_at, 1e9))} by
 <code>sweep report</code>, from the campaign's files.</p>

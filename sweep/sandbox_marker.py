@@ -12,15 +12,14 @@ import time
 from pathlib import Path
 
 from runstate.atomic import write_atomic
-
-UNCERTAIN_FILE = "sandboxes-uncertain.json"
+from runstate.paths import UNCERTAIN_FILE, CampaignPaths
 
 
 def mark_uncertain(campaign_dir: Path, reason: str) -> None:
     """Stop admission until `sweep reconcile` settles every open receipt of a dead job. Written
     when a terminate is not confirmed and when the tick reaps a dead controller that left open
     receipts. Only the first reason is kept (the marker says why it was first raised)."""
-    path = Path(campaign_dir) / UNCERTAIN_FILE
+    path = CampaignPaths(campaign_dir).sandboxes_uncertain
     if path.exists():
         return
     write_atomic(path, json.dumps({"reason": reason, "since": time.time()}).encode())
@@ -28,7 +27,7 @@ def mark_uncertain(campaign_dir: Path, reason: str) -> None:
 
 def read_uncertain(campaign_dir: Path) -> str | None:
     """The marker's reason, or None when there is no marker. An unreadable marker still counts."""
-    path = Path(campaign_dir) / UNCERTAIN_FILE
+    path = CampaignPaths(campaign_dir).sandboxes_uncertain
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -41,7 +40,7 @@ def read_uncertain(campaign_dir: Path) -> str | None:
 
 def clear_uncertain(campaign_dir: Path) -> bool:
     try:
-        (Path(campaign_dir) / UNCERTAIN_FILE).unlink()
+        CampaignPaths(campaign_dir).sandboxes_uncertain.unlink()
     except FileNotFoundError:
         return False
     return True

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runstate.errors import ConfigError, SchedulerError
+from runstate.paths import CampaignPaths
 from sweep.models.plan import CampaignFile
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def render_entry(handle: Campaign, python: str | None = None) -> str:
              f"#SCRON --job-name={campaign.tick_job_name}",
              f"#SCRON --time={s.scrontab.time}",
              f"#SCRON --mem={s.scrontab.mem}",
-             f"#SCRON --output={shlex.quote(str(campaign_dir / 'tick.log'))}",
+             f"#SCRON --output={shlex.quote(str(CampaignPaths(campaign_dir).tick_log))}",
              "#SCRON --open-mode=append"]
     for opt in ("partition", "qos", "account"):
         value = getattr(s.scrontab, opt)

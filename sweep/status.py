@@ -10,18 +10,22 @@ import gc
 import heapq
 import os
 import time
-from dataclasses import dataclass, fields, replace
+from collections import Counter
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Iterator, TypedDict
+from typing import Any, Iterable, Iterator, TypedDict
 
+from runstate.breaker import breaker_line
 from runstate.files import read_model
-from runstate.lease import read_lease_at
 from runstate.markers import read_drain, read_outage, read_provider_stamps
 from sweep.sandbox_marker import read_uncertain
-from runstate.models import PIPELINE_ROLES, RunState, TickReport
-from runstate.runs import runs_root, scan_runs
+from runstate.models import PIPELINE_ROLES, QueueFile, RunState, TickReport, quality_summary
+from runstate.paths import CampaignPaths
+from runstate.runs import RunScan, runs_root, scan_runs
 from sweep import textsafe
 from sweep.campaign import load_campaign
+from sweep.status_queue import QueueSummary, Replanned, SlurmJobView, queue_summary, replan, slurm_view
+from sweep.tick.queue_file import read_queue_file
 
 
 # The rows and parts of `sweep status --json` (docs/cli.md): plain JSON objects, typed here.
@@ -35,6 +39,7 @@ class ActiveRow(TypedDict):
     max_attempts: int
     interruptions: int
     max_interruptions: int
+    slurm: SlurmJobView | None       # its job in the last queue snapshot; None: submitted after it
 
 
 class _HeldRequired(TypedDict):
@@ -57,6 +62,8 @@ class EndedRow(TypedDict):
     outcome: str
     reason: str | None
     lane: str
+    cause: str | None                # runstate/causes.py; None for verified (and for endings before causes)
+    quality: str | None         # "mutants 2/2": whether its tests discriminate (runstate.models.quality_summary)
 
 
 class QueuedRow(TypedDict):
@@ -158,6 +165,10 @@ class StatusReport:
     interruptions: int
     interrupted_by: dict[str, int]
     spend: Spend
+    causes: dict[str, int] = field(default_factory=dict)   # ended runs per cause (runstate/causes.py)
+    breaker: str | None = None            # the circuit breaker's trip, one line (runstate/breaker.py)
+    prior_verified: int = 0               # valid priors (sweep/priors.py): they count toward the target
+    queue: QueueSummary | None = None     # the last tick's queue read (queue.json); None before one
     queued: list[QueuedRow] | None = None
     filters: str | None = None
     show_verified: bool = False
@@ -193,23 +204,64 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
     campaign = load_campaign(campaign_dir)
     s = campaign.settings
     listing = scan_runs(campaign_dir)    # ended runs the index vouches for are not read (a stat each)
-    root = os.fspath(runs_root(campaign_dir))
+    tick_loaded = read_model(CampaignPaths(campaign_dir).tick_report, TickReport)
+    qf = read_queue_file(campaign_dir)
+    # why each queued run waits: the tick's planner run again now, on the files and that queue
+    replanned = replan(campaign_dir, campaign, listing, qf, now)
+    t = _tally_runs(listing, replanned, qf, os.fspath(runs_root(campaign_dir)), now, include_queued)
+    ended = _ended_rows(listing, t, ended_limit)
+    interval_s = s.tick.interval_minutes * 60
+    draining, drain_info = _drain_info(campaign_dir, t.counts["active"], t.held_leases)
+    cooldowns, provider_cooldowns = _cooldowns(campaign_dir, now)
+    return StatusReport(
+        campaign=str(campaign_dir), lanes_backing_off=_lanes_backing_off(campaign_dir, now), name=s.name,
+        campaign_id=campaign.campaign_id,
+        isolation=getattr(s, "isolation", "bwrap"), backend=s.scheduler.backend,
+        target_verified=s.target_verified, prior_verified=len(campaign.priors), runs=listing.run_count,
+        counts=t.counts, outcomes=t.outcomes,
+        corrupt=listing.corrupt, tick=_tick_summary(tick_loaded.value, now, interval_s), interval_s=interval_s,
+        draining=draining, drain=drain_info,
+        cooldowns=cooldowns, provider_cooldowns=provider_cooldowns,
+        sandboxes_uncertain=read_uncertain(campaign_dir), active=t.active, held=t.held,
+        errors=t.errors, ended=ended, held_leases=t.held_leases, attempts_spent=t.attempts_spent,
+        interruptions=t.interruptions, interrupted_by=t.interrupted_by,
+        spend={"spent_usd": round(t.spent, 6), "cap_usd": s.max_spend_usd},
+        causes=_count_causes(t.ended_read, listing.settled.values()), breaker=breaker_line(campaign_dir),
+        queue=queue_summary(qf, now),
+        queued=t.queued if include_queued else None, ended_capped=ended_limit is not None)
+
+
+@dataclass
+class _Tally:
+    """What status counts over the runs it read (the ended runs the index vouches for come after)."""
+    counts: dict[str, int]
+    outcomes: dict[str, int]
+    active: list[ActiveRow]
+    held: list[HeldRow]
+    errors: list[ErrorRow]
+    ended_read: list[EndedRow]
+    queued: list[QueuedRow]
+    held_leases: int
+    spent: float          # final spend of ended runs + what in-flight runs have committed (spend.json)
+    attempts_spent: int
+    interruptions: int
+    interrupted_by: dict[str, int]
+
+
+def _tally_runs(listing: RunScan, replanned: Replanned, qf: QueueFile | None, root: str, now: float,
+                include_queued: bool) -> _Tally:
+    """One pass over the runs read from their files: counts, rows and spend (locals in the loop:
+    it runs once per run, 90,000 of them in a large campaign)."""
     counts: dict[str, int] = {"queued": 0, "active": 0, "ended": 0}
     outcomes: dict[str, int] = {}
     active: list[ActiveRow] = []
     held: list[HeldRow] = []
     errors: list[ErrorRow] = []
     ended_read: list[EndedRow] = []
-    held_leases = 0
     queued: list[QueuedRow] = []
-    spent = 0.0          # final spend of ended runs + what in-flight runs have committed (spend.json)
-    tick_loaded = read_model(campaign_dir / "tick.json", TickReport)
-    # why each queued run was not admitted, as the last tick's planner said (tick.json)
-    waiting_reason: dict[str, str] = {}
-    if tick_loaded.value is not None:
-        for reason, ids in tick_loaded.value.waiting.items():
-            for rid in ids:
-                waiting_reason[rid] = reason
+    held_leases = 0
+    spent = 0.0
+    waiting_reason = replanned.reasons
     attempts_spent = interruptions = 0
     interrupted_by: dict[str, int] = {}
     for run_id, rec in listing.records.items():
@@ -218,27 +270,28 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         interruptions += rec.interruptions
         for cause, n in rec.interrupted_by.items():
             interrupted_by[cause] = interrupted_by.get(cause, 0) + n
-        lease = read_lease_at(f"{root}/{run_id}/lease.json")
-        if lease is not None:
+        if run_id in replanned.leases:
             held_leases += 1
         if rec.state is RunState.ended and rec.outcome is not None:  # the record's checks pair the two
             key = rec.outcome.value
             outcomes[key] = outcomes.get(key, 0) + 1
-            ended_read.append({"run_id": run_id, "outcome": key, "reason": rec.reason, "lane": rec.lane})
+            ended_read.append({"run_id": run_id, "outcome": key, "reason": rec.reason, "lane": rec.lane,
+                               "cause": rec.cause, "quality": quality_summary(rec.checkpoints)})
             spent += rec.spent_usd
         elif rec.state is RunState.active:
             active.append({"run_id": run_id, "job_id": rec.job_id, "lane": rec.lane, "gpus": rec.gpus,
-                           "phase": rec.phase.value, "attempts": rec.attempts,
+                           "phase": rec.phase, "attempts": rec.attempts,
                            "max_attempts": rec.max_attempts, "interruptions": rec.interruptions,
-                           "max_interruptions": rec.max_interruptions})
+                           "max_interruptions": rec.max_interruptions,
+                           "slurm": slurm_view(qf, rec.job_id, now)})
         if rec.state is not RunState.ended and (rec.attempts or rec.state is RunState.active
                                                 or rec.checkpoints):
             spent += _committed(f"{root}/{run_id}/spend.json")   # only runs that may have spent
         if include_queued and rec.state is RunState.queued:
             queued.append({"run_id": run_id, "lane": rec.lane, "attempts": rec.attempts,
-                           "max_attempts": rec.max_attempts, "phase": rec.phase.value})
+                           "max_attempts": rec.max_attempts, "phase": rec.phase})
         if rec.state is RunState.queued:
-            reason = rec.hold_reason or waiting_reason.get(run_id) or (
+            reason = waiting_reason.get(run_id) or rec.hold_reason or (
                 f"parked ({rec.parked_role})" if rec.parked_until else "waiting for the next tick")
             entry: HeldRow = {"run_id": run_id, "reason": reason, "lane": rec.lane}
             if rec.submitting_since is not None:
@@ -246,40 +299,57 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
             held.append(entry)
         if rec.last_error and rec.state is not RunState.ended:
             errors.append({"run_id": run_id, "error": rec.last_error})
-    ended = ended_read
+    return _Tally(counts=counts, outcomes=outcomes, active=active, held=held, errors=errors,
+                  ended_read=ended_read, queued=queued, held_leases=held_leases, spent=spent,
+                  attempts_spent=attempts_spent, interruptions=interruptions, interrupted_by=interrupted_by)
+
+
+def _ended_rows(listing: RunScan, t: _Tally, ended_limit: int | None) -> list[EndedRow]:
+    """The ended rows, those read and those the index vouched for merged in run-id order (at most
+    `ended_limit` per outcome); the index's runs are added to the tally's counts and spend."""
     if listing.settled:       # ended runs the index vouched for: what status shows of them is in it
         settled = listing.settled
-        counts["ended"] += len(settled)
+        t.counts["ended"] += len(settled)
         for e in settled.values():
-            outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
-            spent += e.spent_usd
+            t.outcomes[e.outcome] = t.outcomes.get(e.outcome, 0) + 1
+            t.spent += e.spent_usd
         from_index: Iterator[EndedRow] = (
-            {"run_id": rid, "outcome": e.outcome, "reason": e.reason, "lane": e.lane}
+            {"run_id": rid, "outcome": e.outcome, "reason": e.reason, "lane": e.lane, "cause": e.cause,
+             "quality": e.quality}
             for rid, e in settled.items())
         # both are in run-id order (scan_runs walks the sorted listing): merge, never sort
-        rows = heapq.merge(ended_read, from_index, key=_run_id) if ended_read else from_index
-        ended = _first_per_outcome(rows, ended_limit) if ended_limit is not None else list(rows)
-    elif ended_limit is not None:
-        ended = _first_per_outcome(iter(ended_read), ended_limit)
-    tick: TickSummary | None = None
-    interval_s = s.tick.interval_minutes * 60
-    if tick_loaded.value is not None:
-        t = tick_loaded.value
-        age = now - t.finished_at
-        tick = {"age_s": age, "duration_s": t.duration_s, "squeue_known": t.squeue_known,
-                "squeue_error": t.squeue_error, "stale": age > 3 * interval_s,
-                "errors": t.errors, "actions": len(t.actions), "ghosts": t.ghosts,
-                "waiting": {reason: len(ids) for reason, ids in t.waiting.items()},
-                "accounting": t.accounting, "accounting_error": t.accounting_error}
+        rows = heapq.merge(t.ended_read, from_index, key=_run_id) if t.ended_read else from_index
+        return _first_per_outcome(rows, ended_limit) if ended_limit is not None else list(rows)
+    if ended_limit is not None:
+        return _first_per_outcome(iter(t.ended_read), ended_limit)
+    return t.ended_read
+
+
+def _tick_summary(t: TickReport | None, now: float, interval_s: float) -> TickSummary | None:
+    """The last tick as tick.json tells it, with its age (stale past three intervals)."""
+    if t is None:
+        return None
+    age = now - t.finished_at
+    return {"age_s": age, "duration_s": t.duration_s, "squeue_known": t.squeue_known,
+            "squeue_error": t.squeue_error, "stale": age > 3 * interval_s,
+            "errors": t.errors, "actions": len(t.actions), "ghosts": t.ghosts,
+            "waiting": {reason: len(ids) for reason, ids in t.waiting.items()},
+            "accounting": t.accounting, "accounting_error": t.accounting_error}
+
+
+def _drain_info(campaign_dir: Path, active: int, held_leases: int) -> tuple[bool, DrainInfo | None]:
+    """Whether a drain was asked for, and by whom, why, and whether it is done (nothing active, no lease)."""
     drain = read_drain(campaign_dir)
-    draining = not drain.missing
-    drain_info: DrainInfo | None = None
-    if draining:
-        d = drain.value
-        drained = counts["active"] == 0 and held_leases == 0
-        drain_info = {"requested_by": d.requested_by if d else None, "reason": d.reason if d else None,
-                      "requested_at": d.requested_at if d else None, "drained": drained,
-                      "active": counts["active"], "held_leases": held_leases}
+    if drain.missing:
+        return False, None
+    d = drain.value
+    return True, {"requested_by": d.requested_by if d else None, "reason": d.reason if d else None,
+                  "requested_at": d.requested_at if d else None, "drained": active == 0 and held_leases == 0,
+                  "active": active, "held_leases": held_leases}
+
+
+def _cooldowns(campaign_dir: Path, now: float) -> tuple[list[CooldownRow], list[ProviderCooldownRow]]:
+    """Each role's and each provider's outage stamp: its time left, or a canary once it has run out."""
     cooldowns: list[CooldownRow] = []
     for role in PIPELINE_ROLES:
         stamp = read_outage(campaign_dir, role).value
@@ -297,21 +367,14 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         if not live:
             row["canary"] = True
         provider_cooldowns.append(row)
+    return cooldowns, provider_cooldowns
+
+
+def _lanes_backing_off(campaign_dir: Path, now: float) -> list[LaneRow]:
     from sweep.tick.act import read_lane_backoff
-    lanes: list[LaneRow] = [{"lane": lane, "failures": b.failures, "until": b.until,
-                             "left_s": max(0.0, b.until - now), "message": b.message}
-                            for lane, b in sorted(read_lane_backoff(campaign_dir).items()) if b.failures]
-    return StatusReport(
-        campaign=str(campaign_dir), lanes_backing_off=lanes, name=s.name, campaign_id=campaign.campaign_id,
-        isolation=getattr(s, "isolation", "bwrap"), backend=s.scheduler.backend,
-        target_verified=s.target_verified, runs=listing.run_count, counts=counts, outcomes=outcomes,
-        corrupt=listing.corrupt, tick=tick, interval_s=interval_s, draining=draining, drain=drain_info,
-        cooldowns=cooldowns, provider_cooldowns=provider_cooldowns,
-        sandboxes_uncertain=read_uncertain(campaign_dir), active=active, held=held,
-        errors=errors, ended=ended, held_leases=held_leases, attempts_spent=attempts_spent,
-        interruptions=interruptions, interrupted_by=interrupted_by,
-        spend={"spent_usd": round(spent, 6), "cap_usd": s.max_spend_usd},
-        queued=queued if include_queued else None, ended_capped=ended_limit is not None)
+    return [{"lane": lane, "failures": b.failures, "until": b.until,
+             "left_s": max(0.0, b.until - now), "message": b.message}
+            for lane, b in sorted(read_lane_backoff(campaign_dir).items()) if b.failures]
 
 
 def _run_id(row: EndedRow) -> str:
@@ -389,7 +452,7 @@ def _bar(done: float, total: float, width: int) -> str:
 def render_progress(st: StatusReport, width: int = 80) -> list[str]:
     """Two bars for a terminal: verified toward target_verified, spend against the cap."""
     bar_w = max(10, min(40, width - 45))
-    verified = st.outcomes.get("verified", 0)
+    verified = st.outcomes.get("verified", 0) + st.prior_verified     # the valid priors count toward it
     target = st.target_verified
     lines = [f"verified {verified:>5}/{target:<5} {_bar(verified, target, bar_w)}"]
     spent, cap = st.spend["spent_usd"], st.spend["cap_usd"]
@@ -400,21 +463,93 @@ def render_progress(st: StatusReport, width: int = 80) -> list[str]:
     return lines
 
 
+def _count_causes(ended_read: list[EndedRow], settled: Iterable[Any]) -> dict[str, int]:
+    """Ended runs per cause (runstate/causes.py), most frequent first: read ones and indexed ones."""
+    counts = Counter(r["cause"] for r in ended_read if r["cause"])
+    counts.update(e.cause for e in settled if e.cause)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _breaker_lines(st: StatusReport) -> list[str]:
+    return [f"admission stopped: {st.breaker}"] if st.breaker else []
+
+
+def _cause_lines(st: StatusReport) -> list[str]:
+    return ["causes: " + "  ".join(f"{cause} {n}" for cause, n in st.causes.items())] if st.causes else []
+
+
+def _queue_lines(st: StatusReport) -> list[str]:
+    """The last queue snapshot, in one line: how old, and its jobs per Slurm state."""
+    q = st.queue
+    if q is None or (not st.active and q["known"]):
+        return []        # it explains the active runs' jobs (ghosts have lines of their own)
+    age = "never answered" if q["age_s"] is None else f"{_age(q['age_s'])} old"
+    states = ", ".join(f"{n} {state.lower()}" for state, n in q["states"].items()) or "no job of ours"
+    line = f"queue as the last tick read it: {age}: {states}"
+    if not q["known"]:
+        line += f"; the last read FAILED ({q['error']})"
+    return [line]
+
+
+def _slurm_cell(a: ActiveRow) -> str:
+    job = a["slurm"]
+    if job is None:
+        return "not in the last snapshot (submitted after it)"
+    reason = f" ({job['reason']})" if job["reason"] and job["reason"] != "None" else ""
+    return f"{job['state']}{reason} for {_age(job['for_s'])}"
+
+
+def _active_lines(st: StatusReport, limit: int) -> list[str]:
+    """The active runs: the run's own phase and counts, and its job as Slurm last said."""
+    if not st.active:
+        return []
+    out = ["active:", f"  {'RUN':<40} {'JOB':>10} {'LANE':<5} {'PHASE':<9} ATTEMPTS INTERRUPTIONS  SLURM"]
+    for a in st.active[:limit]:
+        lane = a["lane"] + (f"x{a['gpus']}" if a["gpus"] else "")
+        out.append(f"  {a['run_id']:<40} {a['job_id'] or '-':>10} {lane:<5} {a['phase']:<9} "
+                   f"{a['attempts']}/{a['max_attempts']:<6} {a['interruptions']}/"
+                   f"{a['max_interruptions']:<12} {_slurm_cell(a)}")
+    if len(st.active) > limit:
+        out.append(f"  ... and {len(st.active) - limit} more")
+    return out
+
+
 def render_status(st: StatusReport, limit: int = 20, *, progress: bool = False, width: int = 80) -> str:
     out = [f"campaign {st.name} ({st.campaign_id}) at {st.campaign}  backend {st.backend}"]
     if progress:
         out += render_progress(st, width)
     if st.filters:
         out.append(f"showing runs with {st.filters}")
+    out += _tick_lines(st)
+    out += _breaker_lines(st)
+    out += _admission_lines(st)
+    out += _count_lines(st)
+    out += _cooldown_lines(st)
+    out += _queue_lines(st)
+    out += _active_lines(st, limit)
+    out += _lane_lines(st)
+    out += _held_lines(st, limit)
+    out += _problem_lines(st, limit)
+    out += _ended_lines(st, limit)
+    # each line escaped on its own, newlines too: a PR's or an agent's text cannot forge a line
+    return "\n".join(textsafe.line(text) for text in out)
+
+
+def _tick_lines(st: StatusReport) -> list[str]:
+    """The last tick: its age and how long it took, the queue it saw, its errors, ghost jobs, accounting."""
+    out: list[str] = []
     tick = st.tick
     if tick is None:
-        out.append("last tick: never (run `sweep tick`, or install it with `sweep scrontab --install`)")
+        out.append("last tick: never (run `sweep run`)" if st.backend == "local" else
+                   "last tick: never (run `sweep tick`, or install it with `sweep scrontab --install`)")
     else:
         line = f"last tick: {_age(tick['age_s'])} ago, took {tick['duration_s']:.2f}s"
         line += "" if tick["squeue_known"] else f", queue UNKNOWN: {tick['squeue_error']}"
-        if tick["stale"]:
+        if tick["stale"] and st.backend != "local":
             line += (f"  WARNING: older than 3 intervals ({_age(3 * st.interval_s)}); "
                      "is the scrontab entry installed and enabled?")
+        elif tick["stale"] and st.counts.get("active", 0) + st.counts.get("queued", 0):
+            line += "  (nothing ticks a local campaign by itself: `sweep run` goes on)"
         out.append(line)
         for err in tick["errors"][:3]:
             out.append(f"  tick error: {err}")
@@ -428,6 +563,12 @@ def render_status(st: StatusReport, limit: int = 20, *, progress: bool = False, 
         elif tick["accounting"] == "unknown":
             out.append(f"  accounting: UNKNOWN ({tick['accounting_error']}): vanished jobs are judged "
                        "on a later tick")
+    return out
+
+
+def _admission_lines(st: StatusReport) -> list[str]:
+    """What stops or marks admission: uncertain remote sandboxes, a drain, isolation none."""
+    out: list[str] = []
     if st.sandboxes_uncertain:
         out.append(f"admission stopped: remote sandboxes uncertain ({st.sandboxes_uncertain}); "
                    "run `sweep reconcile`")
@@ -441,16 +582,30 @@ def render_status(st: StatusReport, limit: int = 20, *, progress: bool = False, 
                        f"{d['held_leases'] if d else '?'} held leases){why}")
     if st.isolation == "none":
         out.append("isolation: none — sessions and trials run UNSANDBOXED (the plan says so)")
+    return out
+
+
+def _count_lines(st: StatusReport) -> list[str]:
+    """Runs per state and outcome against the target, the causes, attempts and interruptions."""
+    out: list[str] = []
     c, o = st.counts, st.outcomes
-    parts = [f"{st.runs} runs", f"queued {c['queued']}", f"active {c['active']}"]
+    parts = [f"{st.runs} run{'' if st.runs == 1 else 's'}", f"queued {c['queued']}", f"active {c['active']}"]
     parts += [f"{k} {o.get(k, 0)}" for k in ("verified", "generated_unverified", "blocked")]
     if st.corrupt:
         parts.append(f"corrupt {len(st.corrupt)}")
-    out.append("runs: " + "  ".join(parts) + f"   (target {st.target_verified} verified)")
+    prior = f", {st.prior_verified} prior" if st.prior_verified else ""
+    out.append("runs: " + "  ".join(parts) + f"   (target {st.target_verified} verified{prior})")
+    out += _cause_lines(st)
     if st.attempts_spent or st.interruptions:
         by = ", ".join(f"{cause} {n}" for cause, n in sorted(st.interrupted_by.items()))
         out.append(f"attempts spent: {st.attempts_spent}   interruptions (not the runs' fault): "
                    f"{st.interruptions}" + (f" ({by})" if by else ""))
+    return out
+
+
+def _cooldown_lines(st: StatusReport) -> list[str]:
+    """Each role's and provider's cooldown, or its canary once the cooldown is over."""
+    out: list[str] = []
     for cd in st.cooldowns:
         if cd.get("canary"):
             out.append(f"cooldown over for {cd['role']}: admitting one canary run")
@@ -462,20 +617,22 @@ def render_status(st: StatusReport, limit: int = 20, *, progress: bool = False, 
         else:
             out.append(f"provider cooldown: {pc['provider']} ({pc['kind']}) {_age(pc['left_s'])} left, "
                        f"runs on it wait — {pc['detail'] or ''}")
-    if st.active:
-        out.append("active:")
-        out.append(f"  {'RUN':<40} {'JOB':>10} {'LANE':<5} {'PHASE':<9} ATTEMPTS INTERRUPTIONS")
-        for a in st.active[:limit]:
-            lane = a["lane"] + (f"x{a['gpus']}" if a["gpus"] else "")
-            out.append(f"  {a['run_id']:<40} {a['job_id']:>10} {lane:<5} {a['phase']:<9} "
-                       f"{a['attempts']}/{a['max_attempts']:<6} {a['interruptions']}/"
-                       f"{a['max_interruptions']}")
-        if len(st.active) > limit:
-            out.append(f"  ... and {len(st.active) - limit} more")
+    return out
+
+
+def _lane_lines(st: StatusReport) -> list[str]:
+    """Lanes whose submissions Slurm refused, backing off or probing."""
+    out: list[str] = []
     for b in st.lanes_backing_off:
         state = (f"backing off, {_age(b['left_s'])} left" if b["left_s"] > 0 else "back-off over, probing")
         out.append(f"lane {b['lane']}: {b['failures']} refused submission(s) in a row, {state}")
         out.append(f"  slurm said: {_first_line(b['message'])}")
+    return out
+
+
+def _held_lines(st: StatusReport, limit: int) -> list[str]:
+    """The queued runs not admitted and why (grouped by reason past `limit`)."""
+    out: list[str] = []
     if st.held:
         out.append("not admitted (queued), and why:")
         if len(st.held) <= limit:
@@ -487,7 +644,13 @@ def render_status(st: StatusReport, limit: int = 20, *, progress: bool = False, 
                 by_reason.setdefault(h["reason"], []).append(h["run_id"])
             for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:limit]:
                 some = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
-                out.append(f"  {len(ids):>6} runs: {reason}  ({some})")
+                out.append(f"  {len(ids):>6} run{'' if len(ids) == 1 else 's'}: {reason}  ({some})")
+    return out
+
+
+def _problem_lines(st: StatusReport, limit: int) -> list[str]:
+    """Run errors and corrupt runs, then the queued runs when asked for."""
+    out: list[str] = []
     if st.errors:
         out.append("errors:")
         for e in st.errors[:limit]:
@@ -501,6 +664,12 @@ def render_status(st: StatusReport, limit: int = 20, *, progress: bool = False, 
                        f"attempts {q['attempts']}/{q['max_attempts']}")
         if len(st.queued) > limit:
             out.append(f"  ... and {len(st.queued) - limit} more")
+    return out
+
+
+def _ended_lines(st: StatusReport, limit: int) -> list[str]:
+    """The ended runs per outcome (verified only when asked for), at most `limit` each."""
+    out: list[str] = []
     shown: tuple[str, ...] = ("generated_unverified", "blocked")
     if st.show_verified:
         shown = ("verified", *shown)
@@ -509,9 +678,11 @@ def render_status(st: StatusReport, limit: int = 20, *, progress: bool = False, 
         if of_outcome:
             out.append(f"{outcome}:")
             for row in of_outcome[:limit]:
-                out.append(f"  {row['run_id']:<40} {row['reason'] or ''}")
+                cause = row.get("cause")
+                why = f"{cause} ({row['reason']})" if cause and cause != row["reason"] else (row["reason"] or "")
+                quality = f"  [{row['quality']}]" if row.get("quality") else ""
+                out.append(f"  {row['run_id']:<40} {why}{quality}")
             total = st.outcomes.get(outcome, 0) if st.ended_capped else len(of_outcome)
             if total > limit:
                 out.append(f"  ... and {total - limit} more")
-    # each line escaped on its own, newlines too: a PR's or an agent's text cannot forge a line
-    return "\n".join(textsafe.line(text) for text in out)
+    return out

@@ -21,6 +21,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "streams"
 CLAUDE = shutil.which("claude")
 needs_claude = pytest.mark.skipif(CLAUDE is None, reason="the claude CLI is not installed (.ci/run installs it)")
 FAKE_KEY = "sk-ant-fake-0123456789"
+# a plan's [secrets] naming the controller's environment: `sweep init` refuses a claude-code or
+# codex role whose key family has no entry; these campaigns get their keys from the tick's env
+ENV_SECRETS = {"anthropic": {"env": "ANTHROPIC_API_KEY"}, "openai": {"env": "OPENAI_API_KEY"}}
 
 
 def shipped(role: str) -> tuple[RoleSpec, str]:

@@ -18,12 +18,25 @@ By hand:
     python tests/slurm_cluster.py up [DIR]    # prints the `export SLURM_CONF=...` line
     python tests/slurm_cluster.py down DIR    # cancels jobs, stops the daemons by PID
 
+Clusters never outlive the process that started them (their owner):
+- `cluster.json` records the owner (pid and start time, and the `SWEEP_TEST_RUN` id when set) and
+  every daemon and keeper (pid and start time), written before the first daemon starts;
+- each daemon runs under sweep's keeper (sweep/providers/local/keeper.py): the kernel signals the
+  keeper when the owner dies (SIGKILL included), and the keeper SIGKILLs the daemon and everything
+  reparented to it (slurmstepd, job processes);
+- SIGTERM and SIGINT stop the owner's clusters at once (then the signal does what it did before);
+- `reap_stale_clusters()` (run at every pytest session start) stops every cluster whose owner is
+  gone, by the recorded pids after checking each is still that process, and removes its directory;
+- `python tests/slurm_cluster.py leftovers` prints every suite daemon still running (CI's last step).
+A cluster started by hand (`up`) has no owner and is never reaped: `down` stops it.
+
 In pytest: the session fixture `slurm_cluster` (re-exported by tests/conftest.py). Outside CI a
 machine without root or the Slurm packages skips those tests with the reason; with `CI=true` it
 fails them, so a broken CI image cannot turn the Slurm suite into a silent pass.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -48,6 +61,11 @@ NCPU = 16
 NGPU = 4
 DAEMONS = ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "squeue", "scancel", "sinfo")
 CLIENT_TIMEOUT = 20.0   # a client call blocks ~9 s when slurmctld is down; never wait forever
+KEEPER = REPO_ROOT / "sweep" / "providers" / "local" / "keeper.py"
+KEEPER_PARENT_GONE = signal.SIGUSR2   # the keeper's "kill everything now" (also its parent-death signal)
+RUN_ID_VAR = "SWEEP_TEST_RUN"          # set by .ci/run: which run a cluster and its daemons belong to
+CLUSTER_GLOB = "sweep-*/cluster.json"  # under /tmp: every cluster directory of the suite
+SUITE_DAEMONS = ("slurmctld", "slurmd", "slurmstepd", "munged", "slurmscriptd")
 
 SLURM_CONF = """\
 # throwaway test cluster written by tests/slurm_cluster.py
@@ -92,11 +110,17 @@ PartitionName=gpu Nodes={node} MaxTime=INFINITE State=UP
 # kind a cluster without slurmdbd can have (preempt/qos needs QOS records, which live in slurmdbd).
 # `scavenger` jobs are requeued when an `urgent` job needs their CPUs, `scavenger-cancel` jobs are
 # cancelled; `cpu`/`gpu` stay as in the default cluster. GraceTime=0: TERM, then KILL after KillWait.
+# `scavenger-grace` requeues with GraceTime=5. Measured here (22.05): the grace's first SIGTERM goes
+# to the job's steps only, never to the batch script, so a controller (the batch script, no srun)
+# hears nothing until the grace ends (at slurmctld's next limit check), then TERM and KILL after
+# KillWait; with SlurmctldParameters=preempt_send_user_signal (a test sets it and reconfigures)
+# the batch script gets the job's --signal at the preemption.
 PREEMPT_CONF = """\
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 PartitionName=scavenger Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
 PartitionName=scavenger-cancel Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
+PartitionName=scavenger-grace Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=5
 PartitionName=urgent Nodes={node} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 """
 
@@ -119,6 +143,80 @@ def _pid_alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def _proc_start(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot, /proc/PID/stat field 22), or None when it
+    is gone or a zombie: with the pid, it names one process, never a later one given the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError, PermissionError):
+        return None
+    if not fields or fields[0] in ("Z", "X") or len(fields) < 20:
+        return None
+    return int(fields[19])
+
+
+def _proc_record(pid: int) -> dict[str, int | None]:
+    return {"pid": pid, "start": _proc_start(pid)}
+
+
+def _is_process(record: object) -> bool:
+    """True while the process of `record` ({"pid", "start"}) still runs: same pid, same start time."""
+    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+        return False
+    start = _proc_start(record["pid"])
+    return start is not None and start == record.get("start")
+
+
+def _proc_children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(pid) and fields[0] not in ("Z", "X"):
+            out.append(int(entry))
+    return out
+
+
+def _proc_environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def _proc_comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _proc_cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _all_pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
@@ -164,18 +262,23 @@ def _clean_env() -> dict[str, str]:
 class SlurmCluster:
     """One throwaway cluster in `directory`. Start with `start()`, always `stop()`."""
 
-    def __init__(self, directory: Path, *, preempt: bool = False, jobcomp: bool = True):
+    def __init__(self, directory: Path, *, preempt: bool = False, jobcomp: bool = True,
+                 owned: bool = True):
         """`preempt`: add the PREEMPT_CONF partitions; `jobcomp=False`: no job completion log
         either, so not even `sacct -c` can say how a job ended (the default already has no
-        accounting storage: plain `sacct` fails with "Slurm accounting storage is disabled")."""
+        accounting storage: plain `sacct` fails with "Slurm accounting storage is disabled").
+        `owned=False` (the `up` CLI): no owner, no keepers; the cluster lives until `down`."""
         self.dir = Path(directory)
         self.preempt = preempt
         self.jobcomp = jobcomp
+        self.owned = owned
         self.conf = self.dir / "slurm.conf"
         self.log_dir = self.dir / "log"
         self.env = dict(_clean_env(), SLURM_CONF=str(self.conf))
-        self.pids: dict[str, int] = {}
+        self.pids: dict[str, int] = {}          # daemon name -> the daemon's own pid
+        self.keepers: dict[str, int] = {}       # daemon name -> pid of the keeper it runs under
         self._children: dict[str, subprocess.Popen] = {}
+        self._records: dict[str, dict] = {}     # "daemon:NAME" / "keeper:NAME" -> {"pid", "start"}
 
     # -- client calls -------------------------------------------------------------------------
     def run(self, *argv: str, check: bool = True, timeout: float = CLIENT_TIMEOUT,
@@ -219,16 +322,26 @@ class SlurmCluster:
         if reason:
             raise ClusterError(reason)
         self._check_ancestors_traversable()
+        self._save_pids()     # the owner is on disk before any daemon exists
+        if self.owned:
+            _OWNED[id(self)] = self
+            _install_stop_on_signal()
         self.write_config()
         d = self.dir
         if not (d / "munge.key").exists():
             subprocess.run([_which("mungekey"), "-c", "-k", str(d / "munge.key")], check=True,
                            capture_output=True, timeout=30)
-        subprocess.run([_which("munged"), f"--key-file={d}/munge.key", f"--socket={d}/munge.sock",
-                        f"--pid-file={d}/munged.pid", f"--log-file={d}/log/munged.log",
-                        f"--seed-file={d}/munge.seed"],
-                       check=True, capture_output=True, timeout=30)   # daemonizes itself
-        self.pids["munged"] = int((d / "munged.pid").read_text().strip())
+        munged = [_which("munged"), f"--key-file={d}/munge.key", f"--socket={d}/munge.sock",
+                  f"--pid-file={d}/munged.pid", f"--log-file={d}/log/munged.log",
+                  f"--seed-file={d}/munge.seed"]
+        if self.owned:
+            self._spawn("munged", [*munged, "--foreground"])   # in the foreground, under a keeper
+            wait_for(lambda: (d / "munge.sock").exists() or self._check_daemons(), 30,
+                     "munged's socket")
+        else:
+            subprocess.run(munged, check=True, capture_output=True, timeout=30)   # daemonizes itself
+            self.pids["munged"] = int((d / "munged.pid").read_text().strip())
+            self._records["daemon:munged"] = _proc_record(self.pids["munged"])
         self._spawn("slurmctld", [_which("slurmctld"), "-D", "-c", "-f", str(self.conf)])
         self._spawn("slurmd", [_which("slurmd"), "-D", "-f", str(self.conf), "-N", NODE])
         self._save_pids()
@@ -236,6 +349,7 @@ class SlurmCluster:
 
     def stop(self) -> None:
         """Cancel every job, then stop the daemons by PID (never by name: other clusters may run)."""
+        _OWNED.pop(id(self), None)
         if _pid_alive(self.pids.get("slurmctld", -1)):
             try:
                 self.run("scancel", "--me", check=False, timeout=10)
@@ -249,6 +363,29 @@ class SlurmCluster:
             if pid:
                 self._terminate(name, pid)
         # munged writes munge.seed as it exits: only now is the directory safe to remove.
+
+    def kill_now(self, grace: float = 5.0) -> None:
+        """Stop everything at once, no job cancelled (the owner is being killed): each keeper
+        SIGKILLs its daemon and whatever was reparented to it; a daemon without a keeper is
+        SIGKILLed by its pid, after checking it is still that process."""
+        _OWNED.pop(id(self), None)
+        for name, pid in self.keepers.items():
+            if _is_process(self._records.get(f"keeper:{name}")):
+                try:
+                    os.kill(pid, KEEPER_PARENT_GONE)
+                except ProcessLookupError:
+                    pass
+        for name, pid in self.pids.items():
+            if _is_process(self._records.get(f"daemon:{name}")) and name not in self.keepers:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for proc in self._children.values():
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
     def stop_controller(self) -> None:
         """Stop slurmctld only (jobs and slurmd keep running): for the outage tests."""
@@ -312,44 +449,80 @@ class SlurmCluster:
         return "\n".join(chunks)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
+        """Start a daemon in the foreground; an owned cluster's daemon runs under a keeper, which
+        the kernel signals when this process dies (the keeper then SIGKILLs the daemon and every
+        process reparented to it: slurmd's slurmstepd and the jobs under them)."""
+        if self.owned:
+            argv = [sys.executable, "-I", "-S", str(KEEPER), "--parent", str(os.getpid()), "--", *argv]
         with open(self.log_dir / f"{name}.out", "a") as out:
             proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         self._children[name] = proc
-        self.pids[name] = proc.pid
+        if not self.owned:
+            self.pids[name] = proc.pid
+            self._records[f"daemon:{name}"] = _proc_record(proc.pid)
+            self._save_pids()
+            return
+        self.keepers[name] = proc.pid
+        self._records[f"keeper:{name}"] = _proc_record(proc.pid)
+        self._save_pids()
+        children = wait_for(lambda: _proc_children(proc.pid) or self._check_daemons(), 10,
+                            f"{name} to start under its keeper", interval=0.01)
+        self.pids[name] = children[0]
+        self._records[f"daemon:{name}"] = _proc_record(children[0])
+        self._save_pids()
 
     def _check_daemons(self) -> None:
         for name, proc in self._children.items():
-            if proc.poll() is not None and self.pids.get(name) == proc.pid:
+            if proc.poll() is not None and proc.pid in (self.pids.get(name), self.keepers.get(name)):
                 out = (self.log_dir / f"{name}.out").read_text(errors="replace")[-1500:]
                 log = self.log_dir / f"{name}.log"
                 tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
                 raise ClusterError(f"{name} exited with rc {proc.returncode}:\n{out}\n{tail}")
 
     def _terminate(self, name: str, pid: int) -> None:
+        """SIGTERM the daemon, SIGKILL after 10 s; a keeper ends with its daemon (killing what
+        was left under it), so waiting for the keeper is waiting for the daemon."""
         proc = self._children.get(name)
+        keeper = self.keepers.get(name)
+        own = proc is not None and proc.pid in (pid, keeper)
+        if not _is_process(self._records.get(f"daemon:{name}", {"pid": pid, "start": _proc_start(pid)})):
+            if own:
+                assert proc is not None
+                proc.wait(10)
+            return
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         try:
-            if proc is not None and proc.pid == pid:
+            if own:
+                assert proc is not None
                 proc.wait(10)
             else:
                 wait_for(lambda: not _pid_alive(pid), 10, f"{name} to stop")
         except (subprocess.TimeoutExpired, TimeoutError):
             # a slurmd that never registered ignores SIGTERM
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(keeper if own and keeper else pid,
+                        KEEPER_PARENT_GONE if own and keeper else signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            if proc is not None and proc.pid == pid:
+            if own:
+                assert proc is not None
                 proc.wait(10)
             else:
                 wait_for(lambda: not _pid_alive(pid), 10, f"{name} to die")
 
     def _save_pids(self) -> None:
-        (self.dir / "cluster.json").write_text(json.dumps(self.pids))
+        """cluster.json: the owner and every process of the cluster (pid and start time), written
+        whole through a temporary file, so a reaper never reads half of it."""
+        owner = _proc_record(os.getpid()) if self.owned else None
+        state = {"owner": owner, "run": os.environ.get(RUN_ID_VAR) if self.owned else None,
+                 "pids": self.pids, "keepers": self.keepers, "processes": self._records}
+        tmp = self.dir / "cluster.json.tmp"
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.dir / "cluster.json")
 
     def _check_ancestors_traversable(self) -> None:
         for parent in [self.dir.resolve(), *self.dir.resolve().parents]:
@@ -360,17 +533,149 @@ class SlurmCluster:
     @classmethod
     def attach(cls, directory: Path) -> SlurmCluster:
         """A handle on a cluster started earlier by `up` (for `down`)."""
-        cluster = cls(directory)
-        pid_file = cluster.dir / "cluster.json"
-        if pid_file.exists():
-            cluster.pids = {k: int(v) for k, v in json.loads(pid_file.read_text()).items()}
+        cluster = cls(directory, owned=False)
+        state = _read_state(cluster.dir)
+        if state is not None:
+            cluster.pids = {k: int(v) for k, v in state.get("pids", {}).items()}
+            cluster._records = dict(state.get("processes", {}))
         return cluster
 
 
+# -- owners: a cluster never outlives the process that started it ---------------------------------
+_OWNED: dict[int, SlurmCluster] = {}      # this process's running clusters
+_SIGNALS_INSTALLED = False
+
+
+def _read_state(d: Path) -> dict | None:
+    """cluster.json of `d`, in either format (a flat {name: pid} before owners were recorded)."""
+    try:
+        raw = json.loads((d / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    if "owner" not in raw:
+        return {"owner": None, "legacy": True, "pids": raw, "keepers": {}, "processes": {}}
+    return raw
+
+
+def _stop_owned_now() -> None:
+    for cluster in list(_OWNED.values()):
+        try:
+            cluster.kill_now()
+        finally:
+            remove_cluster_dir(cluster.dir)
+
+
+def _install_stop_on_signal() -> None:
+    """SIGTERM (a timeout's signal) and SIGINT stop this process's clusters at once, then do what
+    they did before (pytest's KeyboardInterrupt, a script's own handler, or the default death)."""
+    global _SIGNALS_INSTALLED
+    if _SIGNALS_INSTALLED:
+        return
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return    # signal handlers can only be set from the main thread; the keepers still hold
+    _SIGNALS_INSTALLED = True
+    atexit.register(_stop_owned_now)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(signum)
+        if previous == signal.SIG_IGN:
+            continue    # a process that ignores the signal keeps running, and so do its clusters
+
+        def handler(num, frame, previous=previous):
+            _stop_owned_now()
+            if callable(previous):
+                previous(num, frame)
+                return
+            signal.signal(num, signal.SIG_DFL)
+            os.kill(os.getpid(), num)
+        signal.signal(signum, handler)
+
+
+def _conf_processes(d: Path) -> list[int]:
+    """Processes started for the cluster in `d` that no recorded pid names: slurmstepd and job
+    processes carry its SLURM_CONF in their environment."""
+    conf = str(d / "slurm.conf")
+    me = os.getpid()
+    return [pid for pid in _all_pids()
+            if pid != me and _proc_environ(pid).get("SLURM_CONF") == conf]
+
+
+def reap_stale_clusters(root: Path = Path("/tmp")) -> list[str]:
+    """Stop every cluster under `root` whose owner is gone and remove its directory; one line per
+    cluster reaped. A recorded pid is killed only while it is still that process (same start
+    time); a cluster whose owner lives, or that has no owner (started by hand, or by a checkout
+    from before owners were recorded), is left alone."""
+    reaped = []
+    for state_file in sorted(root.glob(CLUSTER_GLOB)):
+        d = state_file.parent
+        state = _read_state(d)
+        if state is None or not state.get("owner") or _is_process(state["owner"]):
+            continue
+        keepers = [r for k, r in state.get("processes", {}).items() if k.startswith("keeper:")]
+        daemons = [r for k, r in state.get("processes", {}).items() if k.startswith("daemon:")]
+        killed = []
+        for record, sig in [*((r, KEEPER_PARENT_GONE) for r in keepers),
+                            *((r, signal.SIGKILL) for r in daemons)]:
+            if _is_process(record):
+                try:
+                    os.kill(record["pid"], sig)
+                    killed.append(record["pid"])
+                except ProcessLookupError:
+                    pass
+        try:
+            wait_for(lambda procs=keepers + daemons: not any(_is_process(r) for r in procs), 10,
+                     f"the daemons of {d} to die")
+        except TimeoutError:
+            pass
+        for pid in _conf_processes(d):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(d, ignore_errors=True)
+        owner = state["owner"]
+        reaped.append(f"reaped the test cluster in {d} (owner pid {owner.get('pid')} gone; "
+                      f"killed {len(killed)} process(es){': ' if killed else ''}"
+                      f"{' '.join(map(str, killed))})")
+    return reaped
+
+
+def suite_leftovers(run_id: str | None = None) -> list[str]:
+    """One line per Slurm or munge daemon of the suite still running: a process named like one
+    whose environment carries SWEEP_TEST_RUN=`run_id`, or without a run id, whose command line or
+    SLURM_CONF points into a /tmp/sweep-* cluster directory (any run's, other sessions' too)."""
+    lines = []
+    me = os.getpid()
+    for pid in _all_pids():
+        if pid == me or _proc_start(pid) is None:
+            continue
+        comm = _proc_comm(pid)
+        if not comm.startswith(SUITE_DAEMONS):
+            continue
+        env = _proc_environ(pid)
+        cmd = _proc_cmdline(pid)
+        where = env.get("SLURM_CONF", "")
+        if run_id is not None:
+            if env.get(RUN_ID_VAR) != run_id:
+                continue
+        elif not (where.startswith("/tmp/sweep-") or " /tmp/sweep-" in cmd or "=/tmp/sweep-" in cmd):
+            continue
+        lines.append(f"pid {pid} {comm}: {cmd[:200]}")
+    return lines
+
+
 def new_cluster_dir(prefix: str = "sweep-slurm-") -> Path:
-    """A fresh 0755 directory under /tmp (munged needs o+x on every ancestor)."""
+    """A fresh 0755 directory under /tmp (munged needs o+x on every ancestor), owned by this
+    process from the start: a reaper removes it if this process dies before the cluster starts."""
+    assert prefix.startswith("sweep-"), "the reaper and the leftovers check look at /tmp/sweep-*"
     d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.chmod(d, 0o755)
+    (d / "cluster.json").write_text(json.dumps({"owner": _proc_record(os.getpid()),
+                                                "run": os.environ.get(RUN_ID_VAR),
+                                                "pids": {}, "keepers": {}, "processes": {}}))
     return d
 
 
@@ -460,8 +765,40 @@ if pytest is not None:
 
 
 # -- CLI -------------------------------------------------------------------------------------------
+def _leftovers_cli(argv: list[str]) -> int:
+    """`leftovers [--run ID] [--wait S] [--fail]`: print every suite daemon still running (of
+    the run ID only, when given), after waiting up to S seconds for keepers still finishing;
+    with --fail, exit 1 when there is one."""
+    run_id = argv[argv.index("--run") + 1] if "--run" in argv else None
+    wait = float(argv[argv.index("--wait") + 1]) if "--wait" in argv else 0.0
+    deadline = time.monotonic() + wait
+    while True:
+        left = suite_leftovers(run_id)
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    scope = f"of run {run_id}" if run_id else "of any run"
+    dirs = [str(f.parent) for f in Path("/tmp").glob(CLUSTER_GLOB)
+            if run_id is None or (_read_state(f.parent) or {}).get("run") == run_id]
+    print(f"test-cluster daemons {scope} still running: {len(left)}")
+    for line in left:
+        print(f"  {line}")
+    if dirs:
+        print(f"test-cluster directories {scope} still present: {len(dirs)}")
+        for d in dirs:
+            print(f"  {d}")
+    return 1 if left and "--fail" in argv else 0
+
+
 def _cli(argv: list[str]) -> int:
-    usage = "usage: python tests/slurm_cluster.py up [--preempt] [DIR] | down DIR"
+    usage = ("usage: python tests/slurm_cluster.py up [--preempt] [DIR] | down DIR | reap"
+             " | leftovers [--run ID] [--wait S] [--fail]")
+    if argv[:1] == ["leftovers"]:
+        return _leftovers_cli(argv[1:])
+    if argv[:1] == ["reap"]:
+        for line in reap_stale_clusters():
+            print(line)
+        return 0
     preempt = "--preempt" in argv       # the preemption partitions of PREEMPT_CONF
     argv = [a for a in argv if a != "--preempt"]
     if not argv or argv[0] not in ("up", "down") or (argv[0] == "down" and len(argv) != 2):
@@ -473,7 +810,7 @@ def _cli(argv: list[str]) -> int:
             d.mkdir(parents=True, exist_ok=True)
         else:
             d = new_cluster_dir()
-        cluster = SlurmCluster(d, preempt=preempt)
+        cluster = SlurmCluster(d, preempt=preempt, owned=False)   # lives until `down`
         try:
             cluster.start()
         except (ClusterError, OSError, subprocess.SubprocessError) as exc:

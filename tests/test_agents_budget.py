@@ -12,7 +12,7 @@ from runstate.markers import outage_path
 from runstate.models import RunState
 from sweep.runtimes.base import session_reservation
 from sweep.harbor.samples import make_pr_repo
-from tests.agent_sessions import FAKE_KEY, needs_claude, run_agent
+from tests.agent_sessions import ENV_SECRETS, FAKE_KEY, needs_claude, run_agent
 from tests.campaigns import sweep, write_plan
 from tests.fakes.anthropic_api import FakeAnthropic, Script, error
 from tests.fakes.runs import candidate, count, events, local_plan, record, wait_until
@@ -42,9 +42,10 @@ def _plan(tmp_path, fake, **settings):
     runtimes = {"author": "claude-code", "reviewer": "oracle", "solver": "oracle"}
     options = {"author": {"base_url": fake.url("author"), "max_retries": 0, "stall_s": 30}}
     plan = local_plan([candidate("pr-0", src, runtime_options=options)], defaults={"runtimes": runtimes},
-                      **settings)
+                      secrets=ENV_SECRETS, **settings)
     d = tmp_path / "camp"
-    sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
+    sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d),
+          env={"ANTHROPIC_API_KEY": FAKE_KEY})
     return d
 
 
@@ -108,9 +109,10 @@ def test_a_candidate_cap_below_one_agent_session_is_never_admitted(tmp_path):
     runtimes = {"author": "claude-code", "reviewer": "oracle", "solver": "oracle"}
     options = {"author": {"base_url": "http://127.0.0.1:9", "max_retries": 0}}
     plan = local_plan([candidate("pr-0", src, runtime_options=options, max_spend_usd=2.0)],
-                      defaults={"runtimes": runtimes})
+                      defaults={"runtimes": runtimes}, secrets=ENV_SECRETS)
     d = tmp_path / "camp"
-    sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
+    sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d),
+          env={"ANTHROPIC_API_KEY": FAKE_KEY})
     assert record(d, "pr-0").reservation_usd == 5.0          # the author's cost cap, not the plan's 0
     sweep("tick", "--campaign", str(d))
     rec = record(d, "pr-0")

@@ -3,7 +3,7 @@ goes through the controller, the sandbox, the audit and the budget, and the run 
 
 The fake author writes the task bundle through the CLI's tools, the fake reviewer returns its
 verdict through claude's structured output, the fake solver edits the repository. Keys reach the
-sessions from the controller's environment (the key family's variables).
+sessions from the controller's environment (the plan's [secrets] names the family's variables).
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from runstate import run_dir
 from runstate.models import Outcome, RunState
 from sweep.harbor.samples import make_pr_repo
-from tests.agent_sessions import FAKE_KEY, needs_claude
-from tests.campaigns import give_role_the_openai_family, sweep, tick_until_done, write_plan
+from tests.agent_sessions import ENV_SECRETS, FAKE_KEY, needs_claude
+from tests.campaigns import sweep, tick_until_done, write_plan
 from tests.fakes.agent_scripts import author_script, reviewer_script, solver_script
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.runs import candidate, local_plan, record
@@ -49,9 +49,10 @@ def test_a_campaign_played_by_claude_ends_verified_with_settled_costs(tmp_path, 
     runtimes = {"author": "claude-code", "reviewer": "claude-code", "solver": "claude-code"}
     options = {role: claude_options(fake, role) for role in runtimes}
     plan = local_plan([candidate("pr-0", src, runtime_options=options)],
-                      defaults={"runtimes": runtimes, "quality": {"max_repairs": 0}}, max_spend_usd=50)
+                      defaults={"runtimes": runtimes, "quality": {"max_repairs": 0}}, max_spend_usd=50,
+                      secrets=ENV_SECRETS)
     d = tmp_path / "camp"
-    sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
+    sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d), env=ENV)
     tick_until_done(d, env=ENV, timeout=300)
 
     rec = record(d, "pr-0")
@@ -85,6 +86,7 @@ needs_codex = pytest.mark.skipif(shutil.which("codex") is None,
 
 
 def codex_solver_plan(tmp_path, fake, openai, **settings) -> dict:
+    settings.setdefault("secrets", ENV_SECRETS)
     """author and reviewer claude, solver codex, each scripted to play its role well."""
     from tests.fakes.agent_scripts import codex_solver_script
     src = make_pr_repo(tmp_path / "repos", "verified")
@@ -112,6 +114,9 @@ def assert_codex_solver_campaign_verified(d) -> dict:
     spend = json.loads((run_dir(d, "pr-0") / "spend.json").read_text())
     assert [e["status"] for e in spend["entries"]] == ["settled"] * 3
     assert spend["entries"][2]["actual_usd"] == pytest.approx(solver["cost_usd"])
+    # every session is charged what the relay metered on the wire
+    assert all(s["wire"]["complete"] and s["cost_usd"] == pytest.approx(s["wire"]["metered_cost_usd"]) for s in done)
+    assert sum(e["actual_usd"] for e in spend["entries"]) == pytest.approx(sum(s["cost_usd"] for s in done))
     for path in d.rglob("*"):
         if path.is_file():
             data = path.read_bytes()
@@ -121,16 +126,28 @@ def assert_codex_solver_campaign_verified(d) -> dict:
 
 @needs_claude
 @needs_codex
-def test_a_campaign_with_a_codex_solver_ends_verified(tmp_path, fake):
+def test_one_campaign_gives_one_candidate_a_claude_solver_and_another_a_codex_one(tmp_path, fake):
+    """The shipped manifests, unedited: the key family follows the runtime, per candidate."""
     from tests.fakes.openai_api import FakeOpenAI
     openai = FakeOpenAI()
     try:
         plan = codex_solver_plan(tmp_path, fake, openai)
+        src = make_pr_repo(tmp_path / "repos-claude", "verified")
+        fake.script("author-1", author_script(src))
+        fake.script("solver-1", solver_script(src))
+        plan["candidates"].append(candidate("pr-1", src, runtimes={"solver": "claude-code"}, runtime_options={
+            "author": claude_options(fake, "author-1"), "reviewer": claude_options(fake, "reviewer"),
+            "solver": claude_options(fake, "solver-1")}))
         d = tmp_path / "camp"
-        sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
-        give_role_the_openai_family(d, "solver")
-        tick_until_done(d, env={**ENV, "OPENAI_API_KEY": OPENAI_KEY}, timeout=300)
+        sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d),
+              env={**ENV, "OPENAI_API_KEY": OPENAI_KEY})
+        tick_until_done(d, env={**ENV, "OPENAI_API_KEY": OPENAI_KEY}, timeout=400)
         assert_codex_solver_campaign_verified(d)
+        rec = record(d, "pr-1")
+        assert rec.outcome is Outcome.verified, (rec, rec.last_error)
+        assert [(s["role"], s["runtime"], s["status"]) for s in sessions(d, "pr-1")] == [
+            ("author", "claude-code", "ok"), ("reviewer", "claude-code", "ok"), ("solver", "claude-code", "ok")]
+        assert fake.main_requests("solver-1") and openai.requests
     finally:
         openai.close()
 
@@ -188,7 +205,6 @@ def test_a_codex_solver_campaign_through_sbatch_on_the_test_cluster_ends_verifie
         env = {"SLURM_CONF": str(slurm_cluster.conf)}     # keys come from [secrets], not the environment
         d = tmp_path / "camp"
         sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d), env=env)
-        give_role_the_openai_family(d, "solver")
         tick_until_done(d, env=env, timeout=300, pause=0.5)
         assert record(d, "pr-0").job_id.isdigit()
         solver = assert_codex_solver_campaign_verified(d)

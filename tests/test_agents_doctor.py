@@ -3,7 +3,7 @@ CLI of a campaign (installed, runs in the sandbox, version, key, endpoint)."""
 from __future__ import annotations
 
 from sweep.harbor.samples import make_pr_repo
-from tests.agent_sessions import FAKE_KEY, needs_claude
+from tests.agent_sessions import ENV_SECRETS, FAKE_KEY, needs_claude
 from tests.campaigns import sweep, write_plan
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.runs import candidate, local_plan
@@ -12,7 +12,7 @@ from tests.fakes.runs import candidate, local_plan
 def _plan(tmp_path, options: dict) -> object:
     src = make_pr_repo(tmp_path / "repos", "verified")
     plan = local_plan([candidate("pr-0", src, runtime_options={"author": options})],
-                      defaults={"runtimes": {"author": "claude-code"}})
+                      defaults={"runtimes": {"author": "claude-code"}}, secrets=ENV_SECRETS)
     return write_plan(tmp_path / "plan.json", plan)
 
 
@@ -33,7 +33,8 @@ def test_doctor_checks_cli_key_and_endpoint(tmp_path):
     fake = FakeAnthropic()
     try:
         d = tmp_path / "c"
-        sweep("init", str(_plan(tmp_path, {"base_url": fake.url("author")})), "--campaign", str(d))
+        sweep("init", str(_plan(tmp_path, {"base_url": fake.url("author")})), "--campaign", str(d),
+              env={"ANTHROPIC_API_KEY": FAKE_KEY})
         ok = sweep("doctor", "--campaign", str(d), env={"ANTHROPIC_API_KEY": FAKE_KEY})
         assert "claude-code 2.1.197 runs in the sandbox" in ok.stdout
         assert f"endpoint 127.0.0.1:{fake.port} accepts connections" in ok.stdout
@@ -46,7 +47,7 @@ def test_doctor_checks_cli_key_and_endpoint(tmp_path):
 
 def test_init_refuses_codex_as_the_read_only_reviewer(tmp_path):
     src = make_pr_repo(tmp_path / "repos", "verified")
-    plan = local_plan([candidate("pr-0", src)], defaults={"runtimes": {"reviewer": "codex"}})
+    plan = local_plan([candidate("pr-0", src)], defaults={"runtimes": {"reviewer": "codex"}}, secrets=ENV_SECRETS)
     r = sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(tmp_path / "c"), check=False)
     assert r.returncode == 2 and "cannot restrict an agent's tools" in r.stderr, r.stderr
 
@@ -54,7 +55,8 @@ def test_init_refuses_codex_as_the_read_only_reviewer(tmp_path):
 @needs_claude
 def test_doctor_runs_each_roles_command_line_in_the_sandbox(tmp_path):
     d = tmp_path / "c"
-    sweep("init", str(_plan(tmp_path, {"base_url": "http://127.0.0.1:9"})), "--campaign", str(d))
+    sweep("init", str(_plan(tmp_path, {"base_url": "http://127.0.0.1:9"})), "--campaign", str(d),
+          env={"ANTHROPIC_API_KEY": FAKE_KEY})
     out = sweep("doctor", "--no-network", "--campaign", str(d), env={"ANTHROPIC_API_KEY": FAKE_KEY}).stdout
     assert "the claude-code command line for role author is accepted" in out, out
 

@@ -19,16 +19,22 @@ def fake():
 
 
 def test_a_key_printed_by_a_tool_is_not_kept_in_the_clis_state(tmp_path, fake):
+    """The key never enters the sandbox (the relay holds it: the tool sees a placeholder), but a
+    copy of it that does (here: in a file of the workspace) is scrubbed from what the CLI keeps."""
     url = fake.script("solver", Script(steps=[
-        tool_calls([("Bash", {"command": "echo \"key=$ANTHROPIC_API_KEY\"; echo \"$ANTHROPIC_API_KEY\" | base64",
-                              "description": "print the key"})]),
+        tool_calls([("Bash", {"command": "echo \"env=$ANTHROPIC_API_KEY\"; echo \"key=$(cat repo/leak.txt)\"; "
+                                         "base64 repo/leak.txt", "description": "print the key"})]),
         text("done")]))
+    from tests.agent_sessions import workspace_for
+    ws = workspace_for(tmp_path, "solver")
+    (ws / "repo" / "leak.txt").write_text(FAKE_KEY)
     result, req = run_agent(tmp_path, "solver", "claude-code",
-                            {"base_url": url, "max_retries": 0, "stall_s": 20, "model": "claude-sonnet-4-5"})
+                            {"base_url": url, "max_retries": 0, "stall_s": 20, "model": "claude-sonnet-4-5"},
+                            workspace=ws)
     assert result.status == "ok", result.evidence
     # the tool really printed it: the model was sent the tool's output
     sent = str(fake.main_requests("solver")[-1]["messages"])
-    assert "key=" + FAKE_KEY in sent
+    assert "key=" + FAKE_KEY in sent and "env=sweep-relay-holds-the-key" in sent
     config = req.session_dir / "claude-config"
     kept = list(config.glob("projects/*/*.jsonl"))
     assert kept, "claude's session transcript was not kept"

@@ -47,7 +47,9 @@ def test_controller_jobs_run_the_frozen_runtime_and_other_code_refuses(tmp_path,
     plan = local_plan(cands, max_parallel=1, target_verified=1)
     d = tmp_path / "camp"
     sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
-    out = sweep("runtime", "freeze", "--wheel", str(sweep_wheel), "--campaign", str(d)).stdout
+    froze = sweep("runtime", "freeze", "--wheel", str(sweep_wheel), "--campaign", str(d))
+    out = froze.stdout
+    assert f"copying {sweep_wheel}" in froze.stderr          # progress before the seconds of work
     rt = current_runtime(d)
     assert f"frozen runtime {rt.short}" in out and "next:" in out
     site = d / "runtime" / rt.short / "site"

@@ -26,8 +26,7 @@ def test_github_pr_urls_are_taken_in_and_the_token_stays_in_a_header(tmp_path):
     token_file = tmp_path / "secret" / "github-token"
     token_file.parent.mkdir(mode=0o700)
     token_file.write_text(token + "\n")
-    plan = local_plan([{"url": PR.format(7)}, {"url": PR.format(8)}, {"url": PR.format(9)}],
-                      prior_verified=[PR.format(9)], max_parallel=3, cpu_slots=3)
+    plan = local_plan([{"url": PR.format(7)}, {"url": PR.format(8)}], max_parallel=3, cpu_slots=3)
     d = tmp_path / "camp"
     with FakeGitHub() as gh:
         gh.add_pull("acme", "mathx", 7, bare_repo=bare, base=src["base"], head=src["head"],
@@ -37,8 +36,7 @@ def test_github_pr_urls_are_taken_in_and_the_token_stays_in_a_header(tmp_path):
         st = tick_until_done(d, env=env, timeout=120)
 
     ended = {e["run_id"]: (e["outcome"], e["reason"]) for e in st["ended"]}
-    assert ended == {"acme-mathx-7": ("verified", None), "acme-mathx-8": ("blocked", "intake_failed"),
-                     "acme-mathx-9": ("blocked", "duplicate")}, st
+    assert ended == {"acme-mathx-7": ("verified", None), "acme-mathx-8": ("blocked", "intake_failed")}, st
 
     # PR 7: the REST answers and the fetched head are frozen into source.json
     rdir = run_dir(d, "acme-mathx-7")
@@ -64,9 +62,17 @@ def test_github_pr_urls_are_taken_in_and_the_token_stays_in_a_header(tmp_path):
     rec8 = record(d, "acme-mathx-8")
     assert rec8.attempts == 0 and "HTTP 404" in (rec8.last_error or "") + json.dumps(events(d, "acme-mathx-8"))
     assert not (run_dir(d, "acme-mathx-8") / "source.json").exists()
-    # PR 9 was verified before: ended without asking GitHub anything
-    assert gh.requests_for("/pulls/9") == []
-    assert record(d, "acme-mathx-9").reason == "duplicate"
+    # a later campaign that names PR 7's run as prior_verified: PR 7 is a duplicate (the same GitHub
+    # PR), ended by init without a tick, a job or a request to GitHub; PR 8 stays queued
+    again = local_plan([{"url": PR.format(7)}, {"url": PR.format(8)}],
+                       prior_verified=[str(run_dir(d, "acme-mathx-7"))])
+    d2 = tmp_path / "camp2"
+    asked = len(gh.requests)
+    sweep("init", str(write_plan(tmp_path / "plan2.json", again)), "--campaign", str(d2), env=env)
+    dup = record(d2, "acme-mathx-7")
+    assert (dup.state.value, dup.outcome.value, dup.reason, dup.cause) == ("ended", "blocked", "duplicate", "duplicate")
+    assert "acme-mathx-7" in (dup.cause_detail or "") and record(d2, "acme-mathx-8").state.value == "queued"
+    assert len(gh.requests) == asked
 
 
 def test_a_changed_file_entry_without_a_name_is_left_out_not_frozen_as_null(tmp_path):

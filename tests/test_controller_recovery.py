@@ -29,7 +29,7 @@ from tests.fakes.runs import (agent_options, candidate, count, events, gone, gro
                               local_plan, processes_under, processes_with, record, wait_until)
 
 FAKE_CONTROLLER = Path(__file__).resolve().parent / "fakes" / "controller.py"
-PHASES = ["intake", "author", "gates", "review", "solve", "evaluate"]
+PHASES = ["intake", "author", "gates", "probes", "review", "solve", "evaluate"]
 ROLE_OF = {"author": "author", "review": "reviewer", "solve": "solver"}
 
 SLOW_GATE_TEST = '''import os
@@ -45,6 +45,11 @@ class SlowGateTest(unittest.TestCase):
         while os.path.exists(FLAG) and time.monotonic() < deadline:
             time.sleep(0.05)
 '''
+
+# held only under the first mechanical mutant of the verified sample (clamp() returning None above
+# the range): the gates' runs (0 or 10) pass straight through, the probe phase's first trial waits
+SLOW_PROBE_TEST = SLOW_GATE_TEST.replace("import unittest", "import unittest\n\nfrom mathx import clamp").replace(
+    "while os.path.exists(FLAG)", "while clamp(42, 0, 10) is None and os.path.exists(FLAG)")
 
 
 @pytest.fixture
@@ -92,6 +97,9 @@ def setup_phase(phase: str, tmp_path: Path, flag: Path, gh: FakeGitHub):
     if phase == "gates":
         src = make_verified_pr(repos, "slow-gates",
                                extra_files={"tests/test_slow_gate.py": SLOW_GATE_TEST.format(flag=str(flag))})
+    elif phase == "probes":
+        src = make_verified_pr(repos, "slow-probes",
+                               extra_files={"tests/test_slow_probe.py": SLOW_PROBE_TEST.format(flag=str(flag))})
     else:
         src = make_pr_repo(repos, "verified", name="mathx")
     runtimes, options = {}, {}
@@ -106,17 +114,20 @@ def setup_phase(phase: str, tmp_path: Path, flag: Path, gh: FakeGitHub):
         flag.unlink()
 
     if phase == "gates":
-        # the first reference trial's test command is running (and waiting on the flag)
+        # the first reference trial's test command is running (and waiting on the flag): the
+        # harness captures its output as it runs (logs/verifier/test-output.txt is copied after)
         def under_way(d=tmp_path / "camp"):
-            return (run_dir(d, "pr") / "work" / "gates-r0001-reference-0" / "logs" / "verifier"
-                    / "test-output.txt").exists()
+            return (run_dir(d, "pr") / "work" / "gates-r0001-reference-0" / "observed" / "test.stdout").exists()
+    elif phase == "probes":
+        def under_way(d=tmp_path / "camp"):
+            return (run_dir(d, "pr") / "work" / "probes-r0001-0" / "trial-0" / "observed" / "test.stdout").exists()
     else:
         def under_way(d=tmp_path / "camp"):
             return count(events(d, "pr"), "session_started", phase) and processes_with(marker)
     return plan, "pr", {}, under_way, release
 
 
-@pytest.mark.parametrize("phase", PHASES[:5])
+@pytest.mark.parametrize("phase", PHASES[:6])
 def test_sigkill_in_a_phase_resumes_there_without_repeating_finished_phases(phase, tmp_path, hold):
     with FakeGitHub() as gh:
         plan, run_id, env, under_way, release = setup_phase(phase, tmp_path, hold, gh)

@@ -50,14 +50,19 @@ def test_sweep_demo_runs_the_panel_on_the_local_backend(tmp_path):
     assert ended["passes-before"][0] == "generated_unverified"
     assert ended["flaky-test"] == ("generated_unverified", "gates_failed")
     assert "gpu-kernel" not in ended and st["counts"]["queued"] == 1
-    assert record(campaign, "gpu-kernel").hold_reason == "needs 1 GPU, lane gpu has 0"
+    assert record(campaign, "gpu-kernel").hold_reason.startswith("needs 1 GPU, lane gpu has 0: never admitted")
+    assert "[scheduler.local] gpu_slots" in record(campaign, "gpu-kernel").hold_reason
     text = sweep("status", "--campaign", str(campaign)).stdout
     held = next(line for line in text.splitlines() if line.strip().startswith("gpu-kernel"))
     assert "needs 1 GPU, lane gpu has 0" in held
     check_flaky_gates(campaign)
+    # report.md names the revisions folder only where a repair made one
+    assert not (run_dir(campaign, "fix-clamp") / "revisions").exists()
+    assert "revisions/" not in (run_dir(campaign, "fix-clamp") / "report.md").read_text()
     # the empty solution already passes the test of passes-before: that is why it is refused
     ev = json.loads((run_dir(campaign, "passes-before") / "evidence" / "gates-r0001.json").read_text())
     assert ev["gates"]["empty"]["rewards"] == [1.0, 1.0] and ev["gates"]["empty"]["ok"] is False
+    assert ended["passes-before"] == ("generated_unverified", "passes_before_fix")
     print(f"sweep demo took {took:.1f}s", file=sys.stderr)
 
 

@@ -112,3 +112,47 @@ def test_review_and_session_evidence_read_through_their_models(tmp_path):
     with pytest.raises(StateError) as info:
         read_evidence(write(tmp_path / "bad.json", {"role": ["author"]}), SessionRecord)
     assert "role" in str(info.value) and "bad.json" in str(info.value)
+
+
+def test_evidence_is_written_with_its_schema_version_and_a_newer_one_is_refused_by_name(tmp_path):
+    from sweep.models.evidence import EVIDENCE_SCHEMA_VERSION, SessionRecord
+    ev = read_evidence(write(tmp_path / "gates-r0001.json", OLD_GATES), GatesEvidence)
+    assert ev.schema_version == 0                          # written before versions: read as it was
+    assert ev.for_disk() == {**OLD_GATES, "schema_version": EVIDENCE_SCHEMA_VERSION}
+    newer = write(tmp_path / "gates-r0002.json", {**OLD_GATES, "schema_version": EVIDENCE_SCHEMA_VERSION + 1})
+    with pytest.raises(StateError) as exc:
+        read_evidence(newer, GatesEvidence)
+    assert "gates-r0002.json" in str(exc.value) and "schema_version" in str(exc.value)
+    assert "written by a newer sweep" in str(exc.value)
+    # a session record keeps what it did not type, and carries the version too
+    rec = SessionRecord.model_validate({"role": "author", "runtime": "oracle", "status": "ok", "rc": 0,
+                                        "executed_argv": ["x"]}).for_disk()
+    assert rec["schema_version"] == EVIDENCE_SCHEMA_VERSION and rec["rc"] == 0 and rec["executed_argv"] == ["x"]
+
+
+def test_a_source_json_of_a_newer_sweep_is_refused_not_redone(tmp_path):
+    from runstate.paths import SOURCE_FILE
+    from sweep.models.evidence import EVIDENCE_SCHEMA_VERSION
+    data = {"repo": "/r", "base": "a" * 40, "head": "b" * 40, "schema_version": EVIDENCE_SCHEMA_VERSION + 1}
+    data["evidence_sha256"] = evidence_sha256(data)
+    write(tmp_path / SOURCE_FILE, data)
+    with pytest.raises(StateError, match="newer sweep"):
+        load_source(tmp_path)
+    data["schema_version"] = EVIDENCE_SCHEMA_VERSION
+    data["evidence_sha256"] = evidence_sha256(data)
+    write(tmp_path / SOURCE_FILE, data)
+    assert load_source(tmp_path).head == "b" * 40
+
+
+def test_the_readiness_evidence_is_written_through_its_model_with_the_check_s_fields(tmp_path):
+    from sweep.models.evidence import EVIDENCE_SCHEMA_VERSION, ReadinessEvidence
+    from sweep.readiness import Readiness
+    ready = Readiness(ok=True, program="/usr/bin/python3", tests=4, duration_s=1.5)
+    on_disk = ReadinessEvidence.model_validate({**ready.as_json(), "at": 2.0}).for_disk()
+    # every field the check has, and nothing of its own the model drops
+    assert on_disk == {**ready.as_json(), "at": 2.0, "schema_version": EVIDENCE_SCHEMA_VERSION}
+    back = read_evidence(write(tmp_path / "readiness-r0000.json", on_disk), ReadinessEvidence)
+    assert (back.ok, back.program, back.tests) == (True, "/usr/bin/python3", 4)
+    newer = write(tmp_path / "readiness-r0001.json", {**on_disk, "schema_version": EVIDENCE_SCHEMA_VERSION + 1})
+    with pytest.raises(StateError, match="newer sweep"):
+        read_evidence(newer, ReadinessEvidence)

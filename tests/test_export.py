@@ -1,15 +1,13 @@
-"""`sweep export`: the demo's tasks as a Harbor dataset, checked against Harbor's default lint rules.
+"""`sweep export`: the demo's tasks as a Harbor dataset: layout, metadata, images, crash safety.
 
-The rules below are encoded from Harbor 0.26.0's documentation of the task format
-(harborframework.com/docs/tasks, /docs/tasks/network-policy) and what its `harbor lint` flags by
-default (recorded in the project's research notes): they are written here independently of
-sweep/export.py so the test can catch the exporter breaking them.
+What Harbor itself makes of the export (its loaders, `harbor lint`, its network plan and
+environment checks, `harbor sync`) is tests/test_export_harbor.py, with Harbor 0.26.0; this file
+checks what sweep promises on its own side, and runs the exported scripts with sweep's trial runner.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -21,93 +19,57 @@ import pytest
 
 from tests.campaigns import REPO, sweep
 
-HARBOR_VERSION = "0.26.0"
-TASK_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$")     # "<org>/<name>"
-PINNED_FROM_RE = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+?):([^\s@/]+)@sha256:[0-9a-f]{64}(\s+AS\s+\S+)?$", re.I)
-NETWORK_MODES = {"public", "no-network", "allowlist"}
+UNVERIFIED = "unverified"
 
 
-def harbor_lint(task: Path) -> list[str]:
-    """Harbor's default task rules (0.26.0), one message per violation."""
+def dataset_problems(root: Path) -> list[str]:
+    """What breaks sweep's own promises about a dataset root: dataset.toml and tasks.jsonl list
+    exactly the task directories, with Harbor's digest, and were written after them; no hidden
+    directory; task names unique; scripts executable."""
+    from sweep.export import harbor_digest
     problems = []
-    try:
-        doc = tomllib.loads((task / "task.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        return [f"task.toml unreadable: {exc}"]
-    if not isinstance(doc.get("schema_version", doc.get("version")), str):
-        problems.append("task.toml: no schema_version")
-    name = doc.get("task", {}).get("name")
-    if not isinstance(name, str) or not TASK_NAME_RE.match(name):
-        problems.append(f"[task] name {name!r} is not <org>/<name>")
-    instruction = task / "instruction.md"
-    if not instruction.is_file() or not instruction.read_text().strip():
-        problems.append("instruction.md missing or blank")
-    dockerfile = task / "environment" / "Dockerfile"
-    if not dockerfile.is_file():
-        problems.append("environment/Dockerfile missing")
-    else:
-        lines = [ln.strip() for ln in dockerfile.read_text().splitlines()
-                 if ln.strip() and not ln.strip().startswith("#")]
-        froms = [ln for ln in lines if ln.upper().startswith("FROM ")]
-        if not froms:
-            problems.append("Dockerfile has no FROM")
-        for ln in froms:
-            m = PINNED_FROM_RE.match(ln)
-            if not m or m.group(2) == "latest":
-                problems.append(f"unpinned base image: {ln!r} (expected NAME:TAG@sha256:DIGEST)")
-        users = [ln.split(None, 1)[1].strip() for ln in lines if ln.upper().startswith("USER ")]
-        if not users or users[-1].split(":")[0] in ("root", "0"):
-            problems.append("the image's last USER is root (the agent must not run as root)")
-    agent_user = doc.get("agent", {}).get("user")
-    if agent_user in (None, "root", 0, "0"):
-        problems.append(f"[agent] user is {agent_user!r}: the agent runs as root")
-    verifier = doc.get("verifier", {})
-    if verifier.get("environment_mode", "shared") == "shared":
-        problems.append("[verifier] environment_mode is shared "
-                        "(the agent could tamper with the verifier's environment)")
-    mode = verifier.get("network_mode")
-    if mode not in NETWORK_MODES:
-        problems.append(f"[verifier] network_mode {mode!r} not stated (Harbor defaults to public)")
-    if mode == "allowlist" and not isinstance(verifier.get("allowed_hosts"), list):
-        problems.append("[verifier] allowlist without allowed_hosts")
-    for section in ("verifier", "agent"):
-        t = doc.get(section, {}).get("timeout_sec")
-        if not isinstance(t, (int, float)) or t <= 0:
-            problems.append(f"[{section}] timeout_sec missing or not positive")
-    test_sh = task / "tests" / "test.sh"
-    if not test_sh.is_file():
-        problems.append("tests/test.sh missing")
-    for top in ("tests", "solution"):
-        for script in (task / top).rglob("*.sh"):
-            if not os.access(script, os.X_OK):
-                problems.append(f"{script.relative_to(task)} is not executable")
-    if not (task / "solution" / "solve.sh").is_file():
-        problems.append("solution/solve.sh missing")
-    for path in task.rglob("*"):
-        leaves = path.is_symlink() and (os.path.isabs(os.readlink(path))
-                                        or not path.resolve().is_relative_to(task.resolve()))
-        if leaves:
-            problems.append(f"{path.relative_to(task)}: symlink leaves the task")
-    return problems
-
-
-def lint_dataset(out: Path) -> tuple[list[str], list[dict]]:
-    problems, names = [], {}
-    tasks = [p for p in sorted(out.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+    tasks = sorted(p for p in root.iterdir() if p.is_dir() and (p / "task.toml").is_file())
+    hidden = [p.name for p in root.iterdir() if p.name.startswith(".")]
+    if hidden:
+        problems.append(f"hidden entries in the dataset root: {hidden}")
+    manifest = tomllib.loads((root / "dataset.toml").read_text())
+    listed = {t["name"]: t["digest"] for t in manifest["tasks"]}
+    names = {}
     for task in tasks:
-        problems += [f"{task.name}: {p}" for p in harbor_lint(task)]
-        name = tomllib.loads((task / "task.toml").read_text()).get("task", {}).get("name")
+        doc = tomllib.loads((task / "task.toml").read_text())
+        name = doc["task"]["name"]
         if name in names:
             problems.append(f"{task.name}: [task] name {name!r} also used by {names[name]}")
         names[name] = task.name
-    manifest = json.loads((out / "manifest.json").read_text())
-    listed = {t["path"] for t in manifest["tasks"]}
-    if listed != {t.name for t in tasks}:
-        problems.append(f"manifest lists {sorted(listed)}, DIR has {sorted(t.name for t in tasks)}")
-    newest = max((t / "task.toml").stat().st_mtime for t in tasks)
-    if (out / "manifest.json").stat().st_mtime < newest:
-        problems.append("manifest.json is older than a task: not written last")
-    return problems, manifest["tasks"]
+        if name.split("/")[1] != task.name:
+            problems.append(f"{task.name}: directory is not the task's short name {name!r}")
+        if listed.get(name) != harbor_digest(task):
+            problems.append(f"{task.name}: dataset.toml digest {listed.get(name)} != {harbor_digest(task)}")
+        for rel in ("tests/test.sh", "solution/solve.sh"):
+            if not os.access(task / rel, os.X_OK):
+                problems.append(f"{task.name}/{rel} is not executable")
+    if set(listed) != set(names):
+        problems.append(f"dataset.toml lists {sorted(listed)}, the root has {sorted(names)}")
+    index = [json.loads(line) for line in (root / "tasks.jsonl").read_text().splitlines()]
+    if sorted(i["path"] for i in index) != [t.name for t in tasks]:
+        problems.append(f"tasks.jsonl lists {[i['path'] for i in index]}")
+    if tasks:
+        newest = max((t / "task.toml").stat().st_mtime for t in tasks)
+        for name in ("dataset.toml", "tasks.jsonl", "README.md"):
+            if (root / name).stat().st_mtime < newest:
+                problems.append(f"{name} is older than a task: not written last")
+    return problems
+
+
+def host_paths_in(root: Path, needles: list[str]) -> list[str]:
+    """Files of the export (outside the repositories) that contain one of the host's paths."""
+    found = []
+    for path in root.rglob("*"):
+        if not path.is_file() or "environment/repo" in path.as_posix() or "/files/" in path.as_posix():
+            continue
+        text = path.read_text(errors="replace")
+        found += [f"{path.relative_to(root)}: {n}" for n in needles if n in text]
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -117,38 +79,47 @@ def demo(tmp_path_factory) -> Path:
     return root / "demo" / "campaign"
 
 
-def test_rules_catch_what_harbor_flags(tmp_path):
-    """The encoded rules fail on a bundle as the author writes it (the shape issue 15 found)."""
-    from sweep.harbor.samples import make_verified_pr
-    from sweep.harbor.pr_bundle import build_bundle_from_git
-    bundle = tmp_path / "task"
-    build_bundle_from_git(make_verified_pr(tmp_path / "repos"), bundle)
-    problems = "\n".join(harbor_lint(bundle))
-    for expected in ("[task] name", "unpinned base image", "last USER is root", "environment_mode is shared",
-                     "network_mode"):
-        assert expected in problems, problems
-
-
-def test_demo_export_is_a_lint_clean_harbor_dataset(demo, tmp_path):
+def test_demo_export_is_a_dataset_with_verified_and_unverified_apart(demo, tmp_path):
     out = tmp_path / "dataset"
     r = sweep("export", str(out), "--campaign", str(demo), "--include-unverified")
     assert "3 added" in r.stdout, r.stdout
-    problems, tasks = lint_dataset(out)
-    assert problems == [], "\n".join(problems)
-    by_run = {t["run_id"]: t for t in tasks}
-    assert set(by_run) == {"fix-clamp", "passes-before", "flaky-test"}
-    assert by_run["fix-clamp"]["verified"] is True
-    assert by_run["passes-before"]["verified"] is False and by_run["flaky-test"]["verified"] is False
-    names = {t["name"] for t in tasks}
-    assert len(names) == 3
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "dataset.toml", "fix-clamp", "tasks.jsonl",
+                                                     UNVERIFIED]
+    assert sorted(p.name for p in (out / UNVERIFIED).iterdir()) == ["README.md", "dataset.toml", "flaky-test",
+                                                                   "passes-before", "tasks.jsonl"]
+    for root in (out, out / UNVERIFIED):
+        assert dataset_problems(root) == [], "\n".join(dataset_problems(root))
+    # no hidden work directory anywhere near the dataset once the export is done
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+    manifest = tomllib.loads((out / "dataset.toml").read_text())
+    assert manifest["dataset"]["name"] == "sweep/dataset" and manifest["dataset"]["version"] == "1.0.0"
+    index = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    assert [(i["path"], i["verified"], i["fidelity"], i["image_source"]) for i in index] == [
+        ("fix-clamp", True, "host", "derived")]
+    assert index[0]["evidence"]["fail_to_pass"] == 1 and index[0]["evidence"]["pass_to_pass"] == 3
+    unverified = {i["path"]: i for i in map(json.loads, (out / UNVERIFIED / "tasks.jsonl").read_text().splitlines())}
+    assert {k: v["verified"] for k, v in unverified.items()} == {"flaky-test": False, "passes-before": False}
+    assert all("generated_unverified" in v["unverified_reason"] for v in unverified.values())
+    card = (out / "README.md").read_text()
+    for expected in ("1 verified task(s) from 1 source repository", "| 1 | 3 | 2 | ok | accept | host | derived (python) |",
+                     "## Limitations", "licence"):
+        assert expected in card, card
+    assert "Why each task is not verified" in (out / UNVERIFIED / "README.md").read_text()
     doc = tomllib.loads((out / "fix-clamp" / "task.toml").read_text())
+    assert doc["schema_version"] == "1.4"
+    # the verifier's no-network belongs to its own container: no phase override to switch at run time
+    assert "network_mode" not in doc["verifier"] and doc["verifier"]["environment"]["network_mode"] == "no-network"
+    assert doc["verifier"]["environment"]["cpus"] == doc["environment"]["cpus"]
+    assert doc["agent"]["user"] == "agent" and doc["artifacts"] == [{"source": "/app"}]
     meta = doc["metadata"]["sweep"]
     # the demo's verified task: a test that fails before the fix and passes after it
     assert meta["evidence"]["fail_to_pass"] == ["tests.test_mathx.ClampAboveTest.test_above_range_gives_high"]
     assert "tests.test_mathx.MeanTest.test_mean" in meta["evidence"]["pass_to_pass"]
-    assert meta["gates"] == {"valid": True, "reference": True, "empty": True, "repeat": True, "fail_to_pass": True}
+    assert meta["gates"] == {"valid": True, "verifier": True, "reference": True, "empty": True, "repeat": True,
+                             "fail_to_pass": True, "selected": True}
     assert meta["review"]["verdict"] == "accept" and meta["environment_fidelity"] == "host"
     assert meta["environment_image"] == ""          # the local provider built no image
+    assert (meta["image_source"], meta["image_language"]) == ("derived", "python")
     reports = list(Path(demo).glob("runs/*/report.md"))
     assert reports and all("Environment fidelity: host" in p.read_text() for p in reports)
     assert set(meta["roles"]) == {"author", "reviewer", "solver"}
@@ -156,18 +127,26 @@ def test_demo_export_is_a_lint_clean_harbor_dataset(demo, tmp_path):
     state = json.loads((demo / "runs" / "fix-clamp" / "state.json").read_text())
     assert meta["bundle_sha256"] == state["checkpoints"]["gates"]["bundle_sha256"]
     assert meta["base"] == state["checkpoints"]["intake"]["base"] and meta["cost_usd"] == state["spent_usd"]
+    # a local repository is named by its directory, never by the host's path
+    # (the plan's repository: source.json names sweep's private copy of its two commits)
+    repo_path = json.loads((demo / "runs" / "fix-clamp" / "candidate.json").read_text())["candidate"]["repo"]
+    private = json.loads((demo / "runs" / "fix-clamp" / "source.json").read_text())["repo"]
+    assert private == str(demo / "runs" / "fix-clamp" / "source" / "repo")
+    assert os.path.isabs(repo_path) and meta["source_repo"] == os.path.basename(repo_path)
+    assert meta["source_pr"] == f"{meta['source_repo']}@{meta['base']}..{meta['head']}"
+    assert host_paths_in(out, [str(demo.parent), repo_path, private, str(tmp_path), str(Path.home())]) == []
     # passes-before: nothing fails before the fix
-    pb = tomllib.loads((out / "passes-before" / "task.toml").read_text())["metadata"]["sweep"]
-    assert pb["evidence"]["fail_to_pass"] == [] and pb["gates"]["fail_to_pass"] is False
-    # only verified tasks without the flag
+    pb = tomllib.loads((out / UNVERIFIED / "passes-before" / "task.toml").read_text())["metadata"]["sweep"]
+    assert pb["evidence"]["fail_to_pass"] == [] and pb["gates"]["fail_to_pass"] is False and pb["verified"] is False
+    # without the flag: the verified tasks only, and no unverified/ directory at all
     only = tmp_path / "verified-only"
     sweep("export", str(only), "--campaign", str(demo))
-    assert sorted(p.name for p in only.iterdir()) == ["fix-clamp", "manifest.json"]
+    assert sorted(p.name for p in only.iterdir()) == ["README.md", "dataset.toml", "fix-clamp", "tasks.jsonl"]
 
 
 def test_exported_verifier_still_scores_the_reference_and_the_empty_solution(demo, tmp_path):
-    """The exported task's scripts, run by the trial runner: reference 1, empty 0, and a JUnit report."""
-    from sweep.harbor.junit import read_junit
+    """The exported task's scripts (sweep's harness, naming the recorded ids), run by the trial
+    runner: reference 1, empty 0, each recorded test reported."""
     from sweep.harbor.trial import run_trial
     from sweep.providers import get_provider
     out = tmp_path / "dataset"
@@ -176,18 +155,21 @@ def test_exported_verifier_still_scores_the_reference_and_the_empty_solution(dem
     ref = run_trial(out / "fix-clamp", "reference", provider=provider, workdir=tmp_path / "ref", timeout_s=120)
     empty = run_trial(out / "fix-clamp", "empty", provider=provider, workdir=tmp_path / "empty", timeout_s=120)
     assert (ref.reward, empty.reward) == (1.0, 0.0), (ref.detail, empty.detail)
-    report = read_junit(tmp_path / "ref" / "logs" / "verifier")
-    assert report["tests.test_mathx.ClampAboveTest.test_above_range_gives_high"] == "passed"
+    ids = (out / "fix-clamp" / "tests" / "test_ids.txt").read_text().splitlines()
+    assert ids[0] == "tests.test_mathx.ClampAboveTest.test_above_range_gives_high" and len(ids) > 1
+    assert ref.results is not None and all(ref.results[i] == "passed" for i in ids)
+    assert "all" in ref.detail and "recorded tests passed" in ref.detail
 
 
 def test_export_is_incremental_and_never_overwrites(demo, tmp_path):
     out = tmp_path / "dataset"
     sweep("export", str(out), "--campaign", str(demo))
     instr = out / "fix-clamp" / "instruction.md"
-    before = (out / "manifest.json").read_bytes()
+    before = (out / "dataset.toml").read_bytes()
     r = sweep("export", str(out), "--campaign", str(demo), "--include-unverified")
     assert "2 added, 1 unchanged, 0 collisions" in r.stdout, r.stdout
-    assert (out / "manifest.json").read_bytes() != before
+    assert (out / "dataset.toml").read_bytes() == before          # the verified dataset did not change
+    assert dataset_problems(out / UNVERIFIED) == []
     # a task already there with different content: an error naming it, the file left as it is
     instr.write_text("someone else's task\n")
     r = sweep("export", str(out), "--campaign", str(demo), check=False)
@@ -204,7 +186,10 @@ def test_export_killed_anywhere_leaves_whole_tasks_or_none(demo, tmp_path):
     reference = tmp_path / "reference"
     sweep("export", str(reference), "--campaign", str(demo), "--include-unverified")
     from sweep.export import tree_digest
-    want = {p.name: tree_digest(p) for p in reference.iterdir() if p.is_dir()}
+    def tasks(root: Path) -> dict[str, Path]:
+        return {p.name: p for p in [*root.iterdir(), *(root / UNVERIFIED).glob("*")] if (p / "task.toml").is_file()}
+
+    want = {name: tree_digest(p) for name, p in tasks(reference).items()}
     out = tmp_path / "dataset"
     env = {**os.environ}
     for i, delay in enumerate((0.25, 0.35, 0.45, 0.55, 0.7, 0.9)):
@@ -216,16 +201,20 @@ def test_export_killed_anywhere_leaves_whole_tasks_or_none(demo, tmp_path):
         proc.wait()
         if not out.exists():
             continue
-        for task in out.iterdir():
-            if task.is_dir() and not task.name.startswith("."):
-                assert tree_digest(task) == want[task.name], f"kill {i}: {task.name} is incomplete"
-        if (out / "manifest.json").exists():
-            json.loads((out / "manifest.json").read_text())           # never torn
+        # Harbor loads every directory of a dataset root that has a task.toml, hidden ones too: none
+        # may ever be half-built, and the staging directory is outside the root. A kill during an
+        # atomic write may leave its temp file (a file, which Harbor never loads): the next export removes it
+        assert not [p.name for p in out.iterdir() if p.name.startswith(".") and p.is_dir()], f"kill {i}"
+        for name, task in tasks(out).items():
+            assert tree_digest(task) == want[name], f"kill {i}: {name} is incomplete"
+        if (out / "dataset.toml").exists():
+            tomllib.loads((out / "dataset.toml").read_text())           # never torn
     r = sweep("export", str(out), "--campaign", str(demo), "--include-unverified")
     assert "0 collisions" in r.stdout
-    assert not [p for p in out.iterdir() if p.name.startswith(".export-tmp-")]
-    assert {p.name: tree_digest(p) for p in out.iterdir() if p.is_dir()} == want
-    assert lint_dataset(out)[0] == []
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]     # the staging directory is gone
+    assert not [*out.glob(".*"), *(out / UNVERIFIED).glob(".*")]                  # and every killed write's temp file
+    assert {name: tree_digest(p) for name, p in tasks(out).items()} == want
+    assert dataset_problems(out) == [] and dataset_problems(out / UNVERIFIED) == []
 
 
 def test_scripts_are_executable_even_when_the_bundle_lost_the_bit(demo, tmp_path):
@@ -239,7 +228,7 @@ def test_scripts_are_executable_even_when_the_bundle_lost_the_bit(demo, tmp_path
         for rel in ("tests/test.sh", "solution/solve.sh"):
             assert os.access(out / "fix-clamp" / rel, os.X_OK), rel
         assert not os.access(out / "fix-clamp" / "solution" / "solution.patch", os.X_OK)
-        assert lint_dataset(out)[0] == []
+        assert dataset_problems(out) == []
     finally:
         for rel in ("tests/test.sh", "solution/solve.sh"):
             os.chmod(task / rel, 0o755)
@@ -295,3 +284,81 @@ def test_malformed_evidence_is_refused_naming_the_file_and_the_field(demo, tmp_p
     result.write_text("[1, 2]")
     r = sweep("export", str(tmp_path / "d3"), "--campaign", str(camp3))
     assert "result.json" in r.stdout and "fix-clamp" in r.stdout and "0 added" in r.stdout, r.stdout
+
+
+def _set_test_command(camp: Path, run_id: str, argv: list[str]) -> None:
+    path = camp / "runs" / run_id / "task" / "tests" / "test_command.txt"
+    path.write_text("".join(a + "\n" for a in argv))
+
+
+def test_image_is_derived_from_the_test_commands_language_and_must_run_it(demo, tmp_path):
+    """A verified task's exported image runs its test command, or the task is not verified in the
+    export: `node --test` gets Node, `make` (no toolchain sweep knows) is refused, a host path too."""
+    camp = _copy_campaign(demo, tmp_path / "camp")
+    _set_test_command(camp, "fix-clamp", ["node", "--test"])
+    out = tmp_path / "node"
+    sweep("export", str(out), "--campaign", str(camp))
+    docker = (out / "fix-clamp" / "environment" / "Dockerfile").read_text()
+    assert "nodejs npm" in docker and "python3-venv" not in docker, docker
+    meta = tomllib.loads((out / "fix-clamp" / "task.toml").read_text())["metadata"]["sweep"]
+    assert (meta["verified"], meta["image_language"], meta["image_source"]) == (True, "node", "derived")
+
+    _set_test_command(camp, "fix-clamp", ["make", "test"])
+    out = tmp_path / "make"
+    r = sweep("export", str(out), "--campaign", str(camp))
+    assert "0 added" in r.stdout and "'make', which the python image does not provide" in r.stdout, r.stdout
+    assert not (out / "fix-clamp").exists() and tomllib.loads((out / "dataset.toml").read_text())["tasks"] == []
+    r = sweep("export", str(out), "--campaign", str(camp), "--include-unverified")
+    meta = tomllib.loads((out / UNVERIFIED / "fix-clamp" / "task.toml").read_text())["metadata"]["sweep"]
+    assert meta["verified"] is False and "'make'" in meta["unverified_reason"], meta
+    assert "unverified" in tomllib.loads((out / UNVERIFIED / "fix-clamp" / "task.toml").read_text())["metadata"]["tags"]
+
+    _set_test_command(camp, "fix-clamp", [sys.executable, "-m", "unittest", "-q"])
+    out = tmp_path / "hostpath"
+    r = sweep("export", str(out), "--campaign", str(camp), "--include-unverified")
+    assert "fix-clamp: the test command's program is a host path" in r.stdout, r.stdout
+    assert not (out / "fix-clamp").exists() and not (out / UNVERIFIED / "fix-clamp").exists()
+    assert host_paths_in(out, [sys.executable]) == []
+
+
+def test_container_fidelity_exports_the_dockerfile_the_gates_ran_in(demo, tmp_path):
+    """Gates that ran in the bundle's image (a remote provider): that Dockerfile is exported byte for
+    byte; a Dockerfile that is no longer the image they recorded is not verified in the export."""
+    from sweep.providers.image import image_spec
+    camp = _copy_campaign(demo, tmp_path / "camp")
+    bundle = camp / "runs" / "fix-clamp" / "task"
+    gates = sorted((camp / "runs" / "fix-clamp" / "evidence").glob("gates-r*.json"))[-1]
+    identity = image_spec(bundle / "environment").identity
+    _rewrite(gates, lambda d: d.update(environment_fidelity="container", image=identity))
+    out = tmp_path / "container"
+    sweep("export", str(out), "--campaign", str(camp))
+    assert (out / "fix-clamp" / "environment" / "Dockerfile").read_bytes() == \
+        (bundle / "environment" / "Dockerfile").read_bytes()
+    meta = tomllib.loads((out / "fix-clamp" / "task.toml").read_text())["metadata"]["sweep"]
+    assert (meta["verified"], meta["image_source"], meta["environment_image"]) == (True, "verified", identity)
+
+    with open(bundle / "environment" / "Dockerfile", "a") as fh:
+        fh.write("RUN echo changed after the gates\n")
+    out = tmp_path / "changed"
+    r = sweep("export", str(out), "--campaign", str(camp), "--include-unverified")
+    meta = tomllib.loads((out / UNVERIFIED / "fix-clamp" / "task.toml").read_text())["metadata"]["sweep"]
+    assert meta["verified"] is False and "not the image the gates ran in" in meta["unverified_reason"], r.stdout
+
+
+def test_verifier_network_public_is_the_verifier_containers_own(demo, tmp_path):
+    out = tmp_path / "public"
+    sweep("export", str(out), "--campaign", str(demo), "--verifier-network", "public")
+    doc = tomllib.loads((out / "fix-clamp" / "task.toml").read_text())
+    assert doc["verifier"]["environment"]["network_mode"] == "public" and "network_mode" not in doc["verifier"]
+    r = sweep("export", str(tmp_path / "bad"), "--campaign", str(demo), "--verifier-network", "allowlist",
+              check=False)
+    assert r.returncode == 2 and "allowlist" in r.stderr and not (tmp_path / "bad").exists()
+
+
+def test_the_card_names_each_repositorys_licence_from_its_licence_file(tmp_path):
+    from sweep.export import _licence
+    repo = tmp_path / "task" / "environment" / "repo"
+    repo.mkdir(parents=True)
+    assert _licence(tmp_path / "task") == ""
+    (repo / "LICENSE").write_text("\n\n   MIT License\n\nCopyright (c) 2026 someone\n")
+    assert _licence(tmp_path / "task") == "LICENSE: MIT License"

@@ -1,4 +1,4 @@
-"""Per-test evidence: the verifier's JUnit report for unittest and pytest, and FAIL_TO_PASS / PASS_TO_PASS.
+"""Per-test evidence through sweep's harness for unittest and pytest, and FAIL_TO_PASS / PASS_TO_PASS.
 
 Real bundles (built from real git repositories by the oracle author), real trials through the local
 provider (bubblewrap where available), real test runners.
@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sweep.harbor.junit import PASSED, ReportProblem, compare_runs, parse_junit, read_junit
+import shlex
+
+from sweep.harbor.harness import resolve
+from sweep.harbor.junit import PASSED, ReportProblem, compare_runs, parse_junit
+from sweep.harbor.runners import UnknownRunner
 from sweep.harbor.pr_bundle import build_bundle_from_git
 from sweep.harbor.trial import run_trial
 from sweep.providers import get_provider
@@ -59,15 +63,13 @@ NEW_TEST = ("import unittest\nfrom calc import triple\n\n"
 HEAD = {"calc.py": BASE["calc.py"] + "\ndef triple(x):\n    return 3 * x\n", "tests/test_triple.py": NEW_TEST}
 
 
-def _trials(bundle: Path, tmp: Path):
+def _trials(bundle: Path, tmp: Path, command: str):
     provider = get_provider("local")
+    harness = resolve(shlex.split(command))
     out = {}
     for kind in ("empty", "reference"):
-        res = run_trial(bundle, kind, provider=provider, workdir=tmp / kind, timeout_s=120)
-        try:
-            out[kind] = read_junit(tmp / kind / "logs" / "verifier")
-        except ReportProblem as exc:
-            out[kind] = exc
+        res = run_trial(bundle, kind, provider=provider, workdir=tmp / kind, timeout_s=120, harness=harness)
+        out[kind] = res.results if res.results is not None else ReportProblem(res.results_problem or res.detail)
         out[kind + "_reward"] = res.reward
     return out
 
@@ -76,7 +78,7 @@ def test_unittest_runner_reports_each_test_and_a_module_that_fails_to_import(tmp
     src = _repo(tmp_path, BASE, HEAD, "python3 -m unittest -q")
     bundle = tmp_path / "task"
     build_bundle_from_git(src, bundle)
-    runs = _trials(bundle, tmp_path)
+    runs = _trials(bundle, tmp_path, src["test_command"])
     assert (runs["empty_reward"], runs["reference_reward"]) == (0.0, 1.0)
     after = runs["reference"]
     assert after["tests.test_triple.TripleTest.test_triple"] == PASSED
@@ -100,13 +102,13 @@ def test_a_failing_subtest_fails_its_test(tmp_path):
     src = _repo(tmp_path, BASE, head, "python3 -m unittest")
     bundle = tmp_path / "task"
     build_bundle_from_git(src, bundle)
-    runs = _trials(bundle, tmp_path)
+    runs = _trials(bundle, tmp_path, src["test_command"])
     assert runs["reference_reward"] == 0.0
     assert runs["reference"]["tests.test_triple.TripleTest.test_triple_cases"] == "failed"
     assert runs["reference"]["tests.test_triple.TripleTest.test_triple"] == PASSED
 
 
-def test_pytest_reports_through_pytest_addopts(tmp_path):
+def test_pytest_reports_each_test_by_its_node_id(tmp_path):
     pytest_tests = {"tests/test_triple.py": "from calc import triple\n\n\ndef test_triple():\n"
                                             "    assert triple(2) == 6\n",
                     "calc.py": HEAD["calc.py"]}
@@ -115,23 +117,25 @@ def test_pytest_reports_through_pytest_addopts(tmp_path):
     src = _repo(tmp_path, base, pytest_tests, f"{sys.executable} -m pytest -q -p no:cacheprovider")
     bundle = tmp_path / "task"
     build_bundle_from_git(src, bundle)
-    runs = _trials(bundle, tmp_path)
+    runs = _trials(bundle, tmp_path, src["test_command"])
     assert (runs["empty_reward"], runs["reference_reward"]) == (0.0, 1.0)
-    assert runs["reference"]["tests.test_triple.test_triple"] == PASSED
+    assert runs["reference"]["tests/test_triple.py::test_triple"] == PASSED
     cmp = compare_runs([runs["empty"]], [runs["reference"]])
-    assert cmp.fail_to_pass == ["tests.test_triple.test_triple"]
-    assert cmp.pass_to_pass == ["tests.test_calc.test_double"]
+    assert cmp.fail_to_pass == ["tests/test_triple.py::test_triple"]
+    assert cmp.pass_to_pass == ["tests/test_calc.py::test_double"]
 
 
-def test_no_report_and_no_fail_to_pass_are_not_evidence(tmp_path):
-    """A runner that writes no JUnit (here `true`) leaves FAIL_TO_PASS unknown: not ok."""
+def test_no_runner_and_no_fail_to_pass_are_not_evidence(tmp_path):
+    """A command no runner recognises (here `true`) has no per-test results: named, not ok; a
+    reference run without per-test results leaves FAIL_TO_PASS unknown."""
     src = _repo(tmp_path, BASE, HEAD, "true")
     bundle = tmp_path / "task"
     build_bundle_from_git(src, bundle)
-    runs = _trials(bundle, tmp_path)
-    assert isinstance(runs["reference"], ReportProblem)
-    ev = compare_runs([runs["empty"]], [runs["reference"]]).as_evidence()
-    assert ev["ok"] is False and "no JUnit report" in ev["detail"]
+    with pytest.raises(UnknownRunner, match="'true'.*supported: pytest"):
+        _trials(bundle, tmp_path, "true")
+    ev = compare_runs([{}], [ReportProblem("python -m unittest (through sweep's helper) wrote no JUnit XML report")]
+                      ).as_evidence()
+    assert ev["ok"] is False and "no JUnit XML report" in ev["detail"]
     same = {"a.t": PASSED}
     ev = compare_runs([same, same], [same, same]).as_evidence()
     assert ev["ok"] is False and ev["fail_to_pass"] == [] and "FAIL_TO_PASS is empty" in ev["detail"]

@@ -31,9 +31,13 @@ def verified_bundle(tmp_path_factory) -> Path:
 
 
 def trial(bundle, solution, tmp_path, isolation="none", name=None):
+    """A trial as the controller runs it: through sweep's harness for the bundle's test command."""
+    from sweep.harbor.harness import resolve
     provider = LocalProvider(isolation=isolation, kill_grace_s=1.0)
+    command = bundle / "tests" / "test_command.txt"
+    harness = resolve(command.read_text().splitlines()) if command.is_file() else None
     return run_trial(bundle, solution, provider=provider, workdir=tmp_path / (name or f"trial-{solution}"),
-                     timeout_s=120)
+                     timeout_s=120, harness=harness)
 
 
 # --- sample repositories ------------------------------------------------------------------------

@@ -315,3 +315,21 @@ def test_a_tick_killed_at_the_index_update_leaves_a_recoverable_campaign(campaig
     assert after.problem is None and "pr-004" in after.entries
     sweep("tick", "--campaign", str(campaign))
     assert json.loads((campaign / "tick.json").read_text())["runs_read"] == 1
+
+
+def test_the_index_keeps_the_quality_summary_status_shows(campaign):
+    rdir = run_dir(campaign, "pr-005")
+    rec = load_record(rdir).value
+    save_record(rdir, rec.model_copy(update={
+        "state": RunState.ended, "outcome": Outcome.generated_unverified, "reason": "weak_tests",
+        "checkpoints": {"probes": {"killed": 3, "run": 4, "passed": False}}, "updated": time.time() - 3 * 3600}),
+        touch=False)
+    time.sleep(RACY_S)
+    tick(campaign)
+    entry = load_index(campaign).entries["pr-005"]
+    assert entry.quality == "mutants 3/4" and load_index(campaign).entries["pr-000"].quality is None
+    rows = {r["run_id"]: r for r in collect_status(campaign).ended}
+    assert rows["pr-005"]["quality"] == "mutants 3/4" and rows["pr-000"]["quality"] is None
+    assert "[mutants 3/4]" in sweep("status", "--campaign", str(campaign)).stdout
+    # the summary is an eleventh field only when there is one (lines without it read as before)
+    assert len(entry.line()) == 11 and len(load_index(campaign).entries["pr-000"].line()) == 10

@@ -119,4 +119,17 @@ def test_observe_asks_once_and_only_when_a_job_vanished(tmp_path):
     ask_end_states(Recording(), ids)
     ask_end_states(Recording(), [])
     assert calls == [["1", "2"]]
-    assert ask_end_states(object(), ["1"]).available is False      # a backend that cannot say
+    from sweep.scheduler.base import EndStates
+    from sweep.tick.observe import accounting_word
+
+    class NoAccounting:              # a site that keeps no record says so (the contract's `unavailable`)
+        def end_states(self, ids):
+            return EndStates.unavailable("no accounting storage")
+
+    class Broken:                    # a failed call is an unanswered question, never a crashed tick
+        def end_states(self, ids):
+            raise OSError("sacct: connection refused")
+    assert accounting_word(ask_end_states(NoAccounting(), ["1"])) == "unavailable"
+    broken = ask_end_states(Broken(), ["1"])
+    assert (broken.asked, broken.known, accounting_word(broken)) == (True, False, "unknown")
+    assert "connection refused" in broken.error

@@ -173,12 +173,46 @@ def test_a_preempted_controller_checkpoints_without_spending_an_attempt(slurm_pr
         rec = record(d, "pr")
         assert rec.state is RunState.active and rec.job_id == job and rec.slurm_restarts == 1, rec
         assert rec.interrupted_by == {"requeued": 1} and rec.pending_interruption is None
-        assert any("SLURM_RESTART_COUNT=1" in (e.get("detail") or "") for e in events(d, "pr"))
+        # the controller saves the record, then appends the event: wait for it rather than look once
+        wait_until("the restart's event", lambda: any("SLURM_RESTART_COUNT=1" in (e.get("detail") or "")
+                                                      for e in events(d, "pr")), 30)
     finish(d, env, hold)
     rec = record(d, "pr")
     assert rec.outcome is Outcome.verified and rec.attempts == 0 and rec.interruptions == 1, rec
     if requeue == "slurm":
         assert rec.job_id == job                                             # one job id all along
+
+
+def test_a_grace_preemption_that_sends_the_jobs_signal_is_a_preemption_not_a_time_limit(slurm_preempt_cluster,
+                                                                                       tmp_path, hold):
+    """GraceTime with SlurmctldParameters=preempt_send_user_signal: the controller gets its
+    --signal (B:USR1, otherwise the time-limit warning) the moment it is preempted, and asks Slurm
+    before calling it a time limit. Without the parameter the grace's first SIGTERM goes to job
+    steps only, so a controller (the batch script) hears nothing until the grace ends (up to
+    slurmctld's ~30 s limit check later; measured by hand, docs/slurm.md)."""
+    cluster = slurm_preempt_cluster
+    env = env_of(cluster)
+    marker = f"marker-{uuid.uuid4().hex}"
+    original = cluster.conf.read_text()
+    cluster.conf.write_text(original + "SlurmctldParameters=preempt_send_user_signal\n")
+    try:
+        cluster.run("scontrol", "reconfigure")
+        d = init(tmp_path, controller_plan(tmp_path, hold, marker, {"partition": "scavenger-grace", "time": "10"}),
+                 env)
+        job = start_author(d, env, marker)
+        hog_the_node(cluster)
+        wait_until("the controller's checkpoint", lambda: record(d, "pr").state is RunState.queued
+                   and count(events(d, "pr"), "interrupted"), 60)
+    finally:
+        cluster.conf.write_text(original)
+        cluster.run("scontrol", "reconfigure", check=False)
+    rec = record(d, "pr")
+    assert rec.interrupted_by == {"preempted": 1} and rec.attempts == 0 and rec.phase.value == "author", rec
+    ev = next(e for e in events(d, "pr") if e["kind"] == "interrupted")
+    assert ev["by"] == f"job:{job}" and "SIGUSR1 at the preemption" in ev["detail"], ev
+    assert "preempted at 20" in ev["detail"], ev
+    wait_job_gone(cluster, job)
+    _cancel_campaign(cluster, d, env)
 
 
 def test_scancel_is_still_an_attempt(slurm_preempt_cluster, tmp_path, hold):

@@ -6,7 +6,10 @@ import uuid
 
 import pytest
 
-from sweep.providers.image import AGENT_CLIS, image_spec
+from sweep.providers.image import image_spec
+from sweep.runtimes.facts import agent_clis, facts_of
+
+AGENT_CLIS = agent_clis()       # runtime -> (npm package, pinned version), from each runtime's facts
 
 # (daytona's fake serves no object storage, so its tests use a Dockerfile without other context)
 NO_CONTEXT = "FROM python:3.11-slim\nWORKDIR /app\nCOPY repo/ /app/\n"
@@ -34,7 +37,7 @@ def test_identity_covers_the_dockerfile_and_its_context_but_not_the_uploaded_rep
 def test_agent_cli_layer_is_pinned_and_changes_the_identity(tmp_path):
     plain = image_spec(env(tmp_path, "a"))
     for runtime, (package, version) in AGENT_CLIS.items():
-        spec = image_spec(env(tmp_path, f"x-{runtime}"), agent_cli=runtime)
+        spec = image_spec(env(tmp_path, f"x-{runtime}"), agent_cli=facts_of(runtime).cli.npm_spec)
         last = spec.dockerfile.strip().splitlines()[-1]
         assert last.startswith("RUN ") and f"{package}@{version}" in last
         assert spec.identity != plain.identity
@@ -79,7 +82,8 @@ def test_a_second_run_with_the_same_environment_builds_no_image(fake, tmp_path):
     assert len(fake.snapshot_builds) == 1 and h1.image == h2.image
     assert fake.sandbox_images[h1.sandbox_id] == fake.sandbox_images[h2.sandbox_id] == h1.image
     t3 = _tags("r3")
-    h3 = p.create(SandboxSpec(name=sandbox_name(t3), tags=t3, dockerfile=df, agent_cli="claude-code"))
+    h3 = p.create(SandboxSpec(name=sandbox_name(t3), tags=t3, dockerfile=df,
+                              agent_cli=facts_of("claude-code").cli.npm_spec))
     assert len(fake.snapshot_builds) == 2 and h3.image != h1.image
     assert "@anthropic-ai/claude-code@" in fake.snapshot_builds[-1]     # what the build request carried
 

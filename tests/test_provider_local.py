@@ -361,3 +361,22 @@ def test_redactor_catches_a_secret_split_across_chunks():
         out += red.feed(data[i:i + 3])
     out += red.flush()
     assert out == b"before [REDACTED] middle [REDACTED]after xy"
+
+
+@pytest.mark.skipif(probe_bwrap()[0] is None, reason="bubblewrap is not usable here")
+def test_a_fixed_view_shows_its_directories_at_their_fixed_paths(tmp_path):
+    from sweep.providers.local.bwrap import view_path
+    view = ((tmp_path / "run-7" / "repo", "/app"), (tmp_path / "run-7" / "logs", "/logs"))
+    assert view_path(str(tmp_path / "run-7" / "repo" / "a.py"), view) == "/app/a.py"
+    assert view_path(str(tmp_path / "run-7" / "repository"), view) == str(tmp_path / "run-7" / "repository")
+    for path, _ in view:
+        path.mkdir(parents=True)
+    script = "pwd; echo $REPO_DIR $1; ls /; cat /logs/seen; grep -c run-7 /proc/self/mountinfo; echo x > /logs/out"
+    (view[1][0] / "seen").write_text("from the host\n")
+    r = LocalProvider("bwrap").run(ExecSpec(
+        argv=["sh", "-c", script, "sh", str(view[0][0] / "a.py")], cwd=view[0][0], timeout_s=30,
+        write_paths=(view[1][0],), read_paths=(view[0][0],), env={"REPO_DIR": str(view[0][0])}, view=view))
+    lines = r.stdout_tail.splitlines()
+    assert r.rc == 0 and lines[:2] == ["/app", "/app /app/a.py"], r.stdout_tail + r.stderr_tail
+    assert "from the host" in lines and str(tmp_path) not in "\n".join(lines[:-1])
+    assert (view[1][0] / "out").read_text() == "x\n"          # written at /logs, landed in logs/

@@ -109,9 +109,11 @@ def test_the_task_image_spec_reaches_modal_with_the_cli_layer_and_no_network(fak
     (env / "Dockerfile").write_text("FROM python:3.11-slim\nRUN echo toolchain\nWORKDIR /app\nCOPY repo/ /app/\n")
     p = make(fake, tmp_path)
     t = tags()
-    h = p.create(SandboxSpec(name=sandbox_name(t), tags=t, dockerfile=env / "Dockerfile", agent_cli="codex",
+    from sweep.runtimes.facts import facts_of
+    codex = facts_of("codex").cli.npm_spec
+    h = p.create(SandboxSpec(name=sandbox_name(t), tags=t, dockerfile=env / "Dockerfile", agent_cli=codex,
                              network_block_all=True))
     commands = "\n".join("\n".join(layer) for layer in fake.images)     # every layer Modal asked for
     assert "RUN echo toolchain" in commands and "@openai/codex@" in commands and "COPY repo" not in commands
     assert "BLOCKED" in str(fake.sandboxes[h.sandbox_id]["definition"].network_access)
-    assert h.image == image_spec(env, agent_cli="codex").identity
+    assert h.image == image_spec(env, agent_cli=codex).identity

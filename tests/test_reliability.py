@@ -29,7 +29,7 @@ def campaign(tmp_path):
 VERBS_WITH_CAMPAIGN = [
     ["tick"], ["status"], ["status", "--json"], ["show", "pr-000"], ["drain"], ["undrain"],
     ["runtime", "show"], ["runtime", "freeze"], ["scrontab", "--print"], ["retry", "pr-000"],
-    ["abort", "pr-000"], ["doctor"], ["export", "/var/tmp/sweep-never-written"], ["report"],
+    ["abort", "pr-000"], ["doctor"], ["export", "/var/tmp/sweep-never-written"], ["report"], ["run"],
 ]
 
 
@@ -138,7 +138,8 @@ def _modes(root):
             mode = stat.S_IMODE(st.st_mode)
             if stat.S_ISDIR(st.st_mode) and mode != 0o700:
                 bad.append(f"{p}: dir {oct(mode)}")
-            elif not stat.S_ISDIR(st.st_mode) and mode not in (0o600, 0o700):
+            elif not stat.S_ISDIR(st.st_mode) and mode not in (0o600, 0o700) and not (
+                    mode == 0o400 and f"{os.sep}source{os.sep}repo{os.sep}" in p):   # git's read-only objects
                 bad.append(f"{p}: file {oct(mode)}")
     return bad
 

@@ -82,7 +82,7 @@ def test_gates_and_solver_trial_run_in_the_container_and_the_run_ends_verified(t
     # the negative case: its tests already pass before the fix, in the container too, so the
     # empty-solution gate fails there and the run ends unverified
     bad = record(d, "pr-bad")
-    assert bad.outcome is Outcome.generated_unverified and bad.reason == "gates_failed", bad
+    assert bad.outcome is Outcome.generated_unverified and bad.reason == "passes_before_fix", bad
     ev = gates_evidence(d, "pr-bad")
     assert ev["environment_fidelity"] == "container" and ev["gates"]["empty"]["ok"] is False
     assert ev["gates"]["reference"]["ok"] is True

@@ -21,10 +21,10 @@ import pytest
 from runstate import run_dir
 from runstate.files import write_model_atomic
 from runstate.models import SpendEntry, SpendLedger
-from tests.campaigns import sweep
+from tests.campaigns import demo_copy, sweep
 
 HOSTILE = "<script>document.title='pwned'</script></svg><img src=x onerror=alert(1)>&amp; \"quoted\""
-PLOTS = ("endings", "verified_per_hour", "spend", "lanes", "failures", "slowest_phases")
+PLOTS = ("endings", "causes", "solve_rates", "verified_per_hour", "spend", "lanes", "failures", "slowest_phases")
 
 
 def _chromium() -> str | None:
@@ -33,8 +33,7 @@ def _chromium() -> str | None:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("report")
-    sweep("demo", str(root / "demo"), timeout=180)
+    root = demo_copy(tmp_path_factory, "report").parent
     d = root / "demo" / "campaign"
     now = time.time()
     for i, run_id in enumerate(("fix-clamp", "passes-before", "flaky-test")):
@@ -44,6 +43,11 @@ def report(tmp_path_factory) -> tuple[Path, Path]:
     cand_path = run_dir(d, "no-tests") / "candidate.json"
     cand = json.loads(cand_path.read_text())
     cand["candidate"]["title"] = HOSTILE
+    cand_path.write_text(json.dumps(cand))
+    # a local candidate whose plan gave no title: the report takes the head commit's subject
+    cand_path = run_dir(d, "passes-before") / "candidate.json"
+    cand = json.loads(cand_path.read_text())
+    cand["candidate"]["title"] = None
     cand_path.write_text(json.dumps(cand))
     out = root / "report.html"
     r = sweep("report", "--campaign", str(d), "--out", str(out))
@@ -141,3 +145,47 @@ def test_an_empty_campaign_reports_without_plots_of_nothing(tmp_path):
     sweep("report", "--campaign", str(d))
     text = (d / "report.html").read_text()
     assert "no run has ended yet" in text and 'class="datum"' not in text
+
+
+def test_the_report_has_the_figures_to_steer_by(report):
+    d, out = report
+    page = out.read_text()
+    steer = page[page.index('<table class="steer">'):]
+    steer = steer[:steer.index("</table>")]
+    # three runs spent 0.25+0.5, 0.5+0.75, 0.75+1.0 = 3.75 USD, one run is verified
+    assert "<td>cost per verified task</td><td>3.7500 USD</td>" in steer
+    assert "<td>  of which session</td><td>3.7500 USD</td>" in steer
+    assert "solve rate over tasks with rollouts" in steer
+    # time in phase per role, with the p90 next to the median
+    phases = page[page.index('<table class="phases">'):]
+    assert "<th>p90 s</th>" in phases and "<td>gates</td><td>-</td>" in phases and "<td>author</td><td>author</td>" in phases
+    assert '<table class="slowest">' in page
+    # endings by cause: the demo's causes, not its reasons
+    causes = page[page.index('data-plot="causes"'):]
+    causes = causes[:causes.index("</svg>")]
+    assert "passes_before_fix" in causes and "flaky_reference" in causes
+    # the lanes plot draws the plan's max_parallel
+    lanes = page[page.index('data-plot="lanes"'):]
+    assert "<title>max_parallel 2</title>" in lanes[:lanes.index("</svg>")]
+
+
+def test_count_axes_have_whole_number_ticks_and_full_width_plots(report):
+    _, out = report
+    page = out.read_text()
+    for plot in ("endings", "causes", "lanes", "verified_per_hour"):
+        svg = page[page.index(f'data-plot="{plot}"'):]
+        svg = svg[:svg.index("</svg>")]
+        labels = re.findall(r'text-anchor="end" font-size="11">([^<]*)</text>', svg)
+        numeric = [x for x in labels if re.fullmatch(r"[0-9.]+", x)]
+        assert numeric and all(re.fullmatch(r"[0-9]+", x) for x in numeric), (plot, numeric)
+        assert 'width="100%"' in page[page.index(f'data-plot="{plot}"') - 200:page.index(f'data-plot="{plot}"') + 200]
+    assert " 1 runs" not in page
+
+
+def test_a_local_candidate_without_a_title_shows_its_commit_subject(report):
+    d, out = report
+    page = out.read_text()
+    row = page[page.index("<td>passes-before</td>"):]
+    row = row[:row.index("</tr>")]
+    subject = json.loads((run_dir(d, "passes-before") / "source.json").read_text())["title"]
+    assert subject and f"<td>{subject}</td>" in row

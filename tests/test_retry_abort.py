@@ -149,7 +149,7 @@ def test_retry_refuses_a_verified_run_and_reruns_an_unverified_one_keeping_its_e
     assert r.returncode == 3 and "is verified" in r.stderr
     first = json.loads((run_dir(d, "passes-before") / "evidence" / "gates-r0001.json").read_text())
     r = sweep("retry", "passes-before", "--campaign", str(d), "--reason", "look again")
-    assert "generated_unverified:gates_failed -> queued" in r.stdout
+    assert "generated_unverified:passes_before_fix -> queued" in r.stdout
     _wait(lambda: (sweep("tick", "--campaign", str(d)) and _rec(d, "passes-before").state is RunState.ended),
           timeout=120, what="passes-before ended again")
     rec = _rec(d, "passes-before")

@@ -150,3 +150,22 @@ def test_write_atomic_leaves_no_temp_file(tmp_path):
     write_atomic(p, b'{"a": 1}')
     assert sorted(os.listdir(tmp_path)) == ["x.json"]
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+
+
+def test_remove_dead_temps_takes_only_a_dead_writers_temp_on_this_host(tmp_path):
+    """A killed writer's temp goes; a live writer's (an atomic write in flight) and another host's stay."""
+    import subprocess
+    import sys
+
+    from runstate.atomic import _HOST, remove_dead_temps
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    p = tmp_path / "tasks.jsonl"
+    names = {"dead": f".tasks.jsonl.tmp.{_HOST}.{dead}.0badc0de",
+             "live": f".tasks.jsonl.tmp.{_HOST}.{os.getpid()}.0badc0de",
+             "other host": f".tasks.jsonl.tmp.{_HOST}x.{dead}.0badc0de",
+             "another file": f".README.md.tmp.{_HOST}.{dead}.0badc0de"}
+    for name in names.values():
+        (tmp_path / name).write_text("half")
+    assert remove_dead_temps(p) == [names["dead"]]
+    assert sorted(os.listdir(tmp_path)) == sorted(n for k, n in names.items() if k != "dead")

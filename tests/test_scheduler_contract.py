@@ -10,6 +10,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,8 @@ class Backend:
     scheduler: Scheduler
     jobs: JobFactory
     partitions: dict[str, str]     # lane -> partition name the backend reports
-    make: object                   # prefix -> a second scheduler of the same kind
+    make: Any                      # (prefix, env=None) -> a second scheduler of the same kind
+    base_env: dict                 # the environment the backend's clients run with
 
 
 def _cleanup(scheduler: Scheduler) -> None:
@@ -44,20 +46,22 @@ def backend(request, tmp_path):
     if request.param == "local":
         state = tmp_path / "local-jobs"
 
-        def make(prefix: str) -> Scheduler:
-            made.append(LocalScheduler(state, prefix, cpu_slots=8, gpu_slots=4, cancel_grace=2))
+        def make(prefix: str, env: dict | None = None) -> Scheduler:
+            made.append(LocalScheduler(state, prefix, cpu_slots=8, gpu_slots=4, cancel_grace=2, env=env))
             return made[-1]
+        base_env = dict(os.environ)
         partitions = {"cpu": "local-cpu", "gpu": "local-gpu"}
     else:
         cluster = request.getfixturevalue("slurm_cluster")
 
-        def make(prefix: str) -> Scheduler:
-            made.append(SlurmScheduler(prefix, call_timeout=20, env=cluster.env))
+        def make(prefix: str, env: dict | None = None, **options) -> Scheduler:
+            made.append(SlurmScheduler(prefix, call_timeout=20, env=env or cluster.env, **options))
             return made[-1]
+        base_env = dict(cluster.env)
         partitions = {"cpu": "cpu", "gpu": "gpu"}
     prefix = unique_prefix()
     scheduler = make(prefix)
-    yield Backend(request.param, scheduler, JobFactory(tmp_path / "runs", prefix), partitions, make)
+    yield Backend(request.param, scheduler, JobFactory(tmp_path / "runs", prefix), partitions, make, base_env)
     for s in made:
         _cleanup(s)
 
@@ -174,3 +178,109 @@ def test_capacity_names_both_lanes(backend):
         assert capacity == {"cpu": 8, "gpu": 4}
     else:
         assert capacity == {"cpu": None, "gpu": None}
+
+
+# a scrontab tick's own job context: none of it may reach a job the tick submits
+TICK_JOB_CONTEXT = {"SLURM_RESTART_COUNT": "12", "SLURM_JOB_ID": "424242", "SLURM_JOB_NAME": "cron",
+                    "SLURMD_NODENAME": "cron-node"}
+# what the scheduler (and Slurm's batch shell) set in a job themselves
+SCHEDULER_SET = {"local": {"SWEEP_JOB_ID"},
+                 "slurm": {"SWEEP_JOB_ID", "SLURM_CONF", "ENVIRONMENT", "HOSTNAME", "PWD", "OLDPWD",
+                           "SHLVL", "TMPDIR", "_",
+                           "LC_CTYPE"}}    # Python's own C-locale coercion (PEP 538), without LANG
+
+
+@pytest.mark.parametrize("gpus", [0, 1], ids=["cpu", "gpu"])
+def test_the_job_gets_exactly_its_environment_never_the_submitters_job_context(backend, gpus):
+    source = {**backend.base_env, **TICK_JOB_CONTEXT, "SWEEP_PASSED": "yes", "NOT_NAMED": "no"}
+    scheduler = backend.make(backend.jobs.prefix, env=source)
+    job, out = backend.jobs.spec(gpus=gpus, env={"SWEEP_TEST_VALUE": "set by sweep"},
+                                 pass_env=("PATH", "SWEEP_PASSED", "SLURM_RESTART_COUNT", "ABSENT"))
+    expected = scheduler.job_environment(job)
+    assert not set(TICK_JOB_CONTEXT) & set(expected)
+    assert expected["SWEEP_TEST_VALUE"] == "set by sweep"
+    job_id = scheduler.submit(job)
+    seen = read_output(out)["all_env"]
+
+    assert "SLURM_RESTART_COUNT" not in seen, "the submitter's restart count reached the job"
+    assert seen.get("SLURM_JOB_ID") in (None, job_id) and seen.get("SLURMD_NODENAME") != "cron-node"
+    assert seen["SWEEP_JOB_ID"] == job_id
+    for name, value in expected.items():
+        assert seen.get(name) == value, name
+    own = SCHEDULER_SET[backend.kind] | ({"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
+                                          "ZE_AFFINITY_MASK"} if gpus else set())
+    others = {k for k in set(seen) - set(expected) if k not in own and not k.startswith(("SLURM_", "SLURMD_"))}
+    assert not others, f"the job got variables nobody asked for: {sorted(others)}"
+    if backend.kind == "slurm":     # only the named variables pass
+        assert set(expected) == {"PATH", "SWEEP_PASSED", "SWEEP_TEST_VALUE", "SWEEP_TEST_SLEEP"}
+        assert "NOT_NAMED" not in seen
+    else:                           # a local job is a process of this machine: it inherits the rest
+        assert seen["NOT_NAMED"] == "no"
+    # the backend's declared fact (init warns on it) is what its job really got
+    assert type(scheduler).jobs_get_tickers_environment is (seen.get("NOT_NAMED") == "no")
+
+
+
+# ---- the rest of the contract: end states, preflight, and what a running job asks -------------------
+
+def test_every_backend_keeps_the_whole_protocol(backend):
+    assert isinstance(backend.scheduler, Scheduler)
+    cls = type(backend.scheduler)
+    for name in ("preflight", "job_restart_count", "job_stop_cause"):
+        assert callable(getattr(cls, name)), name
+    assert cls.uses_lanes is (backend.kind == "slurm")
+
+
+def test_a_job_counts_only_its_own_restarts(backend):
+    cls = type(backend.scheduler)
+    own = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "3"}
+    assert cls.job_restart_count(own, "77") == (3 if backend.kind == "slurm" else 0)
+    assert cls.job_restart_count(own, "78") == 0, "another job's restarts are never this job's"
+    assert cls.job_restart_count({"SLURM_RESTART_COUNT": "12"}, "77") == 0
+    assert cls.job_restart_count({"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "x"}, "77") == 0
+
+
+def test_the_stop_cause_of_a_running_job_is_one_bounded_question(backend):
+    cls = type(backend.scheduler)
+    job, out = backend.jobs.spec(sleep=LONG)
+    job_id = backend.scheduler.submit(job)
+    inside = read_output(out)["all_env"]          # the job's own environment, as the job sees it
+    t0 = time.monotonic()
+    cause = cls.job_stop_cause(job_id, 0, inside)
+    assert time.monotonic() - t0 < 10
+    assert cause.cause == "cancelled" and not cause.requeued, cause
+    if backend.kind == "slurm":
+        assert "JobState=RUNNING" in cause.detail, cause      # asked of Slurm, about this job
+    outside = cls.job_stop_cause(job_id, 0, {})  # not inside the job: nothing to ask
+    assert outside.cause == "cancelled" and "JobState" not in outside.detail
+
+
+def test_end_states_say_how_a_cancelled_job_ended(backend):
+    scheduler = (backend.make(backend.jobs.prefix, accounting="jobcomp") if backend.kind == "slurm"
+                 else backend.scheduler)
+    job, out = backend.jobs.spec(sleep=LONG)
+    job_id = scheduler.submit(job)
+    read_output(out)
+    scheduler.cancel([job_id])
+    wait_for(lambda: job_id not in queue_ids(scheduler.queue()), 30, "the cancelled job to leave")
+    answer = wait_for(lambda: (a := scheduler.end_states([job_id])).states.get(job_id) and a, 30,
+                      "its end state to be recorded")
+    assert answer.asked and answer.known and answer.states[job_id] == "CANCELLED", answer
+    assert scheduler.end_states([]).asked is False
+
+
+def test_preflight_checks_the_plans_lanes(backend, monkeypatch):
+    from sweep.models.lanes import SchedulerSettings
+    cls = type(backend.scheduler)
+    if backend.kind == "slurm":
+        monkeypatch.setenv("SLURM_CONF", backend.base_env["SLURM_CONF"])   # as the operator's shell has it
+    good = SchedulerSettings(backend=backend.kind, lanes={"cpu": {"partition": backend.partitions["cpu"]}})
+    ok = cls.preflight(good, False, 0)
+    assert ok.findings == [] and ok.checked, ok
+    bad = SchedulerSettings(backend=backend.kind, lanes={"cpu": {"partition": "no-such-partition"}})
+    found = cls.preflight(bad, False, 0)
+    if backend.kind == "slurm":
+        assert [(f.level, f.field) for f in found.findings] == [("error", "scheduler.lanes.cpu.partition")]
+        assert "MessageTimeout" in ok.checked
+    else:                       # lanes are Slurm's: the local backend has nothing to check
+        assert found.findings == []

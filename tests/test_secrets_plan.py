@@ -87,3 +87,40 @@ def test_a_malformed_secrets_table_is_refused(scratch, secrets, field):
     done = sweep("init", str(plan_with(scratch, secrets)), "--campaign", str(scratch / "camp"), check=False)
     assert done.returncode == 2, done.stderr
     assert f": {field}" in done.stderr, done.stderr
+
+
+# --- a runtime that needs a key names its family in [secrets] --------------------------------------
+
+def test_missing_key_families_follow_the_runtime_not_the_manifest():
+    from sweep.models.plan import PlanSettings
+    from sweep.runtimes.preflight import missing_key_families
+
+    def missing(runtimes: dict, secrets: dict) -> list:
+        settings = PlanSettings.model_validate({"name": "t", "target_verified": 1, "defaults": {"runtimes": runtimes},
+                                                "secrets": secrets})
+        return missing_key_families(settings)
+    agents = {"author": "claude-code", "reviewer": "claude-code", "solver": "codex"}
+    # the shipped solver.toml says anthropic; a codex solver uses openai's key all the same
+    assert missing(agents, {"anthropic": {"env": "A"}}) == [("defaults.runtimes.solver", "solver", "codex", "openai")]
+    assert missing(agents, {"openai": {"env": "O"}}) == [("defaults.runtimes.author", "author", "claude-code",
+                                                           "anthropic"),
+                                                          ("defaults.runtimes.reviewer", "reviewer", "claude-code",
+                                                           "anthropic")]
+    assert missing(agents, {"anthropic": {"env": "A"}, "openai": {"env": "O"}}) == []
+    # runtimes that take no key (oracle, nop) or any family the manifest names (command) need no entry
+    assert missing({"author": "oracle", "reviewer": "nop", "solver": "command"}, {}) == []
+
+
+def test_init_refuses_a_codex_solver_without_an_openai_secret_naming_role_runtime_and_family(scratch):
+    src = make_pr_repo(scratch / "repos", "verified", name="mathx")
+    agents = {"author": "claude-code", "reviewer": "claude-code", "solver": "claude-code"}
+    other = make_pr_repo(scratch / "repos", "verified", name="mathy")
+    plan = local_plan([candidate("pr-0", src), candidate("pr-1", other, runtimes={"solver": "codex"})],
+                      defaults={"runtimes": agents}, secrets={"anthropic": {"env": "MY_ANTHROPIC_KEY"}})
+    done = sweep("init", str(write_plan(scratch / "plan.json", plan)), "--campaign", str(scratch / "camp"),
+                 check=False)
+    assert done.returncode == 2, done.stderr
+    assert "secrets.openai" in done.stderr and "candidates.1.runtimes.solver" in done.stderr, done.stderr
+    assert "role solver is played by runtime codex" in done.stderr and "'openai'" in done.stderr, done.stderr
+    assert 'openai = { env = "OPENAI_API_KEY" }' in done.stderr, done.stderr
+    assert not (scratch / "camp").exists()          # nothing half-written

@@ -28,7 +28,8 @@ ENDED = {f"pr-{i:03d}": (Outcome.blocked if i < 7 else Outcome.verified) for i i
 JSON_KEYS = ["campaign", "lanes_backing_off", "name", "campaign_id", "isolation", "backend",
              "target_verified", "runs", "counts", "outcomes", "corrupt", "tick", "interval_s", "draining",
              "drain", "cooldowns", "provider_cooldowns", "sandboxes_uncertain", "active", "held", "errors", "ended", "held_leases",
-             "attempts_spent", "interruptions", "interrupted_by", "spend"]
+             "attempts_spent", "interruptions", "interrupted_by", "spend", "causes", "breaker", "prior_verified",
+             "queue"]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_json_keeps_its_shape_and_lists_every_ended_run(campaign):
     assert [e["run_id"] for e in st["ended"]] == sorted(ENDED)
     assert st["outcomes"] == {"blocked": 7, "verified": 3} and st["counts"]["ended"] == 10
     assert st["spend"]["spent_usd"] == pytest.approx(5.0)
-    assert set(st["ended"][0]) == {"run_id", "outcome", "reason", "lane"}
+    assert set(st["ended"][0]) == {"run_id", "outcome", "reason", "lane", "cause", "quality"}
     every = json.loads(sweep("status", "--json", "--all", "--campaign", str(campaign)).stdout)
     assert list(every) == [*JSON_KEYS, "queued", "show_verified"]
     cut = json.loads(sweep("status", "--json", "--outcome", "verified", "--campaign", str(campaign)).stdout)

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from runstate import load_record, run_dir
-from tests.campaigns import REPO, payload_plan, sweep, tick_until_done, write_plan
+from tests.campaigns import REPO, ctrl_c_default, payload_plan, sweep, tick_until_done, write_plan
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -117,7 +117,7 @@ def test_piped_status_is_plain_text_and_filters_cut_the_lists(campaign, tmp_path
     # --watch piped: one plain snapshot per refresh, no escape codes
     proc = subprocess.Popen([sys.executable, "-m", "sweep", "status", "--watch", "--interval", "0.2",
                              "--campaign", str(campaign)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PATH": env_path})
+                            env={**os.environ, "PATH": env_path}, preexec_fn=ctrl_c_default)
     assert proc.stdout is not None
     seen: list[str] = []
     while sum(line.startswith("--- ") for line in seen) < 3:  # three refreshes, however slow the machine

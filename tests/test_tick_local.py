@@ -195,10 +195,13 @@ def test_an_unrecorded_submission_is_adopted(campaign):
                                   argv=controller_argv(Campaign(d, c), "pr-000", token), workdir=rdir,
                                   stdout=rdir / "logs" / "controller.out",
                                   stderr=rdir / "logs" / "controller.err"))
+    hold = d / "payload.hold"          # the payload stays active while it exists: no race with a short run
+    hold.write_text("")
     out = sweep("tick", "--campaign", str(d)).stdout
     assert "adopt" in out
     rec = load_record(rdir).value
     assert rec.state is RunState.active and rec.job_id == job_id and rec.submit_token == token
+    hold.unlink()
     st = tick_until_done(d)
     assert st["outcomes"] == {"verified": 1}
     assert load_record(rdir).value.attempts == 0
@@ -229,7 +232,16 @@ def test_status_warns_when_the_last_tick_is_old(campaign):
     tick = json.loads((d / "tick.json").read_text())
     tick["finished_at"] -= 3600
     (d / "tick.json").write_text(json.dumps(tick))
-    assert "WARNING: older than 3 intervals" in sweep("status", "--campaign", str(d)).stdout
+    # nothing ticks a local campaign by itself: no scrontab to blame, so no warning about one
+    out = sweep("status", "--campaign", str(d)).stdout
+    assert "WARNING: older than 3 intervals" not in out and "scrontab" not in out
+    # a Slurm campaign's old tick means its scrontab entry is not running
+    from dataclasses import replace
+
+    from sweep.status import collect_status, render_status
+    st = replace(collect_status(d), backend="slurm")
+    text = render_status(st)
+    assert "WARNING: older than 3 intervals" in text and "is the scrontab entry installed and enabled?" in text
 
 
 def test_not_a_campaign_is_a_clear_error(tmp_path):
@@ -265,8 +277,10 @@ def test_tick_removes_stale_lease_tombstones_of_the_runs_it_acts_on(campaign):
         p.write_bytes(b"{}")
     for p in (*old, other):
         os.utime(p, (time.time() - 3600, time.time() - 3600))
+    (d / "payload.hold").write_text("")      # the payload stays active while it exists: no race with a short run
     sweep("tick", "--campaign", str(d))
     assert load_record(rdir).value.state is RunState.active      # the tick acted on this run
+    (d / "payload.hold").unlink()
     assert not any(p.exists() for p in old)
     assert fresh.exists() and other.exists()
 
@@ -279,6 +293,7 @@ def test_logs_dir_is_made_at_first_submission_and_a_failure_there_leaves_the_run
     bad, good = run_dir(d, "pr-000"), run_dir(d, "pr-001")
     assert not (bad / "logs").exists() and not (good / "logs").exists()
     (bad / "logs").write_text("in the way")
+    (d / "payload.hold").write_text("")      # the payload stays active while it exists: no race with a short run
     out = sweep("tick", "--campaign", str(d))
     assert stat.S_IMODE(os.stat(good / "logs").st_mode) == 0o700
     assert load_record(good).value.state is RunState.active
@@ -287,3 +302,10 @@ def test_logs_dir_is_made_at_first_submission_and_a_failure_there_leaves_the_run
     assert read_lease(bad) is None
     tick = json.loads((d / "tick.json").read_text())
     assert any("pr-000" in e for e in tick["errors"]), (out.stdout, tick["errors"])
+    (d / "payload.hold").unlink()
+
+
+def test_a_local_plan_without_environment_is_not_warned_about_one(tmp_path):
+    """Local jobs start from the ticking process's environment (the backend's declared fact)."""
+    r = sweep("init", str(write_plan(tmp_path / "p.json", payload_plan(1))), "--campaign", str(tmp_path / "c"))
+    assert "declares no [environment]" not in r.stderr, r.stderr

@@ -89,7 +89,8 @@ def test_scancelled_jobs_come_back_and_end_max_attempted(slurm_cluster, tmp_path
 def test_drain_on_slurm_admits_nothing_and_reports_drained(slurm_cluster, tmp_path):
     env = {"SLURM_CONF": str(slurm_cluster.conf)}
     d = _init(tmp_path, payload_plan(3, backend="slurm", scheduler={"lanes": LANES}), env)
-    (d / "payload.json").write_text(json.dumps({"sleep": 1.0}))
+    # long enough to still run when status looks, on a loaded machine too (1 s runs had ended by then)
+    (d / "payload.json").write_text(json.dumps({"sleep": 15.0}))
     sweep("drain", "--campaign", str(d), env=env)
     sweep("tick", "--campaign", str(d), env=env)
     st = status_json(d, env=env)
@@ -192,3 +193,55 @@ def test_a_hung_tick_ends_itself_and_frees_the_lock(slurm_cluster, tmp_path):
     with FileLock(str(d / "tick.lock"), timeout=0):     # the lock is free again
         pass
     assert load_record(run_dir(d, "pr-000")).value.state is RunState.queued
+
+
+def test_status_shows_slurms_view_and_replans_why_runs_wait(slurm_cluster, tmp_path):
+    """Issue 26 item 4, on one campaign: an active run's job is shown as the last queue snapshot
+    saw it (PENDING with Slurm's reason, then RUNNING, each with since when), and a queued run's
+    reason is planned again when status runs: the run that held the one slot ends, and status
+    says the next tick admits the other at once, not the last tick's "limit reached"."""
+    from sweep.status import collect_status
+    from tests.slurm_cluster import wait_for
+
+    def status():          # in-process (the CLI's --json and text are each run once below)
+        return collect_status(d).as_json()
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    lanes = {"cpu": {"partition": "cpu", "time": "10", "extra_args": ["--hold"]}, "gpu": LANES["gpu"]}
+    d = _init(tmp_path, payload_plan(2, backend="slurm", max_parallel=1, scheduler={"lanes": lanes}), env)
+    (d / "payload.json").write_text(json.dumps({"sleep": 0.1}))
+    (d / "payload.hold").write_text("")          # keeps pr-000's controller running until removed
+    jobs = []
+    try:
+        sweep("tick", "--campaign", str(d), env=env)          # submits pr-000, held by Slurm (--hold)
+        st = status_json(d, env=env)
+        (row,) = st["active"]
+        jobs.append(row["job_id"])
+        assert row["run_id"] == "pr-000" and row["slurm"] is None, row   # the queue was read before sbatch
+        assert st["held"][0]["reason"].startswith("limit reached: max_parallel 1 (1 running"), st["held"]
+        sweep("tick", "--campaign", str(d), env=env)
+        st = status()
+        (row,) = st["active"]
+        assert row["slurm"]["state"] == "PENDING" and row["slurm"]["reason"] == "JobHeldUser", row
+        assert st["queue"]["known"] and st["queue"]["states"] == {"PENDING": 1}, st["queue"]
+        assert 0 <= st["queue"]["age_s"] < 60
+        text = sweep("status", "--campaign", str(d), env=env).stdout
+        assert "PENDING (JobHeldUser) for " in text and "queue as the last tick read it: " in text, text
+        pending_since = row["slurm"]["since"]
+        slurm_cluster.run("scontrol", "release", row["job_id"])
+        wait_for(lambda: any(r[0] == jobs[0] and r[2] == "RUNNING" for r in _our_jobs(
+            slurm_cluster, load_campaign(d).job_prefix)), 30, "the released job to run")
+        sweep("tick", "--campaign", str(d), env=env)
+        (row,) = status()["active"]
+        assert row["slurm"]["state"] == "RUNNING" and row["slurm"]["since"] > pending_since, row
+        (d / "payload.hold").unlink()
+        wait_for(lambda: load_record(run_dir(d, "pr-000")).value.state is RunState.ended, 60,
+                 "pr-000 to end")
+        # no tick since: its job is still in queue.json, but its ending is newer than that snapshot
+        st = status()
+        assert st["counts"]["active"] == 0, st["counts"]
+        assert st["held"] == [{"run_id": "pr-001", "lane": "cpu",
+                               "reason": "free to start: the next tick admits it"}], st["held"]
+        last = json.loads((d / "tick.json").read_text())["waiting"]     # what the last tick said
+        assert any(k.startswith("limit reached") and "pr-001" in v for k, v in last.items()), last
+    finally:
+        slurm_cluster.run("scancel", *jobs, check=False)

@@ -16,6 +16,7 @@ from runstate.errors import SweepError
 # verb -> (module:attribute, one-line help shown by `sweep --help` without importing the module)
 VERBS: dict[str, tuple[str, str]] = {
     "init": ("sweep.cli.init_cmd:init", "Create a campaign directory from a plan (TOML or JSON)."),
+    "run": ("sweep.cli.run_cmd:run", "Tick a local-backend campaign until every run that can end has ended."),
     "tick": ("sweep.cli.tick_cmd:tick", "Observe, plan and act once: admit, reap, reconcile. Run it from scrontab."),
     "status": ("sweep.cli.status_cmd:status", "Show the campaign from its files (no Slurm calls)."),
     "show": ("sweep.cli.status_cmd:show", "Show one run: its record, lease and event history."),
@@ -28,9 +29,13 @@ VERBS: dict[str, tuple[str, str]] = {
     "demo": ("sweep.cli.demo_cmd:demo", "Build a sample panel and run it end to end on the local backend."),
     "export": ("sweep.cli.export_cmd:export", "Export verified tasks as a Harbor dataset directory."),
     "retry": ("sweep.cli.retry_cmd:retry", "Re-admit a blocked or unverified run with fresh attempts."),
+    "clear-cooldown": ("sweep.cli.cooldown_cmd:clear_cooldown", "End a role's or key family's cooldown now, after fixing its key."),
     "abort": ("sweep.cli.abort_cmd:abort", "Stop a run: cancel its job and end it blocked: aborted."),
     "doctor": ("sweep.cli.doctor_cmd:doctor", "Check the agent CLIs the campaign uses: installed, runnable in the sandbox, keys, endpoints."),
     "reconcile": ("sweep.cli.reconcile_cmd:reconcile", "Terminate remote sandboxes that dead controllers left (by receipt and tag)."),
+    "discover": ("sweep.cli.discover_cmd:discover",
+                 "Find merged PRs of a GitHub repository that change code and tests, as plan candidates."),
+    "eval": ("sweep.cli.eval_cmd:eval_group", "Evaluate solver arms x repeats over a Harbor dataset (init, run, report)."),
     "report": ("sweep.cli.report_cmd:report", "Write a static HTML report of the campaign (plots, no server)."),
 }
 

@@ -46,5 +46,8 @@ def init(plan: str, campaign: str) -> None:
     else:
         click.echo(f"campaign {c.settings.name} already initialised with this plan; nothing to do")
     _say_isolation(c.settings.isolation)
-    next_step(f"sweep tick --campaign {where}   (then `sweep scrontab --install --campaign {where}` "
-              "to tick every minute)")
+    if c.settings.scheduler.backend == "local":
+        next_step(f"sweep run --campaign {where}   (ticks on this machine until every run has ended)")
+    else:
+        next_step(f"sweep tick --campaign {where}   (then `sweep scrontab --install --campaign {where}` "
+                  "to tick every minute)")

@@ -48,3 +48,7 @@ def reconcile(campaign: str | None, dry_run: bool) -> None:
     if rep.uncertain:
         next_step(f"sweep reconcile --campaign {d}   (again, once the provider answers)")
         raise SystemExit(1)
+    if dry_run and rep.terminated:
+        next_step(f"sweep reconcile --campaign {d}   (to terminate them)")
+    else:
+        next_step(f"sweep status --campaign {d}")

@@ -20,7 +20,16 @@ def report(campaign: str | None, out: str | None) -> None:
 
     from sweep.campaign import find_campaign
     from sweep.report_html import write_report
+    from runstate.errors import ConfigError
     d = find_campaign(campaign)
-    path = write_report(d, Path(out) if out else d / "report.html")
+    from runstate.paths import CampaignPaths
+    target = Path(out) if out else CampaignPaths(d).html_report
+    if target.is_dir():
+        raise ConfigError(f"{target} is a directory; --out takes the HTML file to write",
+                          field="--out", hint=f"e.g. --out {target / 'report.html'}")
+    if not target.parent.is_dir():
+        raise ConfigError(f"the directory {target.parent} does not exist", field="--out",
+                          hint=f"mkdir -p {target.parent}, or give another --out")
+    path = write_report(d, target)
     click.echo(f"wrote {path}")
     next_step(f"open {path} in a browser (it works offline)")

@@ -35,6 +35,9 @@ def freeze_cmd(campaign: str | None, wheel: str | None, force: bool) -> None:
         raise SweepError(f"{st.counts['active']} active runs and {st.held_leases} held leases: "
                          "freezing now would strand them on the old runtime",
                          hint="`sweep drain` and wait for `sweep status` to say drained, or pass --force")
+    # building the wheel from this installation takes seconds (pip wheel): say so before it starts
+    click.echo(f"copying {wheel} into {d / 'runtime'} ..." if wheel else
+               "building a wheel of this installation of sweep (pip wheel, a few seconds) ...", err=True)
     rt = freeze(d, Path(wheel) if wheel else None)
     click.echo(f"frozen runtime {rt.short} (sweep {rt.version}, python {rt.python})")
     next_step(f"sweep undrain --campaign {d}" if st.draining else f"sweep tick --campaign {d}")

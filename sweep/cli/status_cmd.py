@@ -1,10 +1,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import click
 
 from sweep.cli.common import campaign_option, next_step
+
+if TYPE_CHECKING:
+    from runstate.lease import LeaseView
+    from runstate.models import RunRecord
 
 
 @click.command("status")
@@ -165,34 +170,8 @@ def show(run_id: str, campaign: str | None, as_json: bool) -> None:
             "lease": lease.lease.model_dump(mode="json") if lease and lease.lease else None,
             "events": [e.model_dump(mode="json") for e in events]}, option=orjson.OPT_INDENT_2).decode()))
         return
-    if loaded.value is None:
-        say(f"state.json: {loaded.problem}")
-    else:
-        r = loaded.value
-        end = f" {r.outcome.value}" + (f":{r.reason}" if r.reason else "") if r.outcome else ""
-        say(f"{run_id}: {r.state.value}{end}  phase {r.phase.value}  attempts {r.attempts}/"
-            f"{r.max_attempts}  interruptions {r.interruptions}/{r.max_interruptions}  "
-            f"lane {r.lane}{'x' + str(r.gpus) if r.gpus else ''}  job {r.job_id or '-'}")
-        if r.interrupted_by:
-            say("interrupted by: " + ", ".join(f"{cause} {n}" for cause, n in sorted(r.interrupted_by.items()))
-                + " (not counted as attempts)")
-        if r.pending_interruption:
-            p = r.pending_interruption
-            say(f"waiting for requeued job {p.get('job_id')}: {p.get('cause')} ({p.get('detail')})")
-        if r.checkpoints:
-            say("finished phases: " + ", ".join(r.finished_phases))
-        if r.hold_reason:
-            say(f"held: {r.hold_reason}")
-        if r.last_error:
-            say(f"last error: {r.last_error}")
-    if lease is None:
-        say("lease: none")
-    elif lease.lease is None:
-        say(f"lease: corrupt ({lease.problem})")
-    else:
-        ls = lease.lease
-        say(f"lease: {ls.holder} {ls.job_id or ''} token {ls.token}, heartbeat "
-            f"{datetime.datetime.fromtimestamp(ls.heartbeat_at).isoformat(timespec='seconds')}")
+    _show_record(say, run_id, loaded.value, loaded.problem)
+    _show_lease(say, lease)
     _show_sessions(rdir)
     say("events:")
     for e in events:
@@ -203,3 +182,43 @@ def show(run_id: str, campaign: str | None, as_json: bool) -> None:
     if skipped:
         say(f"  ({skipped} unreadable event lines skipped)")
     next_step(f"sweep status --campaign {d}")
+
+
+def _show_record(say: Callable[[str], None], run_id: str, r: RunRecord | None, problem: str | None) -> None:
+    """The run's record: the why first, then state, counters, lane and job, holds and the last error."""
+    if r is None:
+        say(f"state.json: {problem}")
+        return
+    if r.cause:                     # the why first: a code of docs/controller.md's vocabulary
+        what = "ended" if r.outcome else "last failure"
+        say(f"cause ({what}): {r.cause}" + (f" — {r.cause_detail}" if r.cause_detail else ""))
+    end = f" {r.outcome.value}" + (f":{r.reason}" if r.reason else "") if r.outcome else ""
+    say(f"{run_id}: {r.state.value}{end}  phase {r.phase}  attempts {r.attempts}/"
+        f"{r.max_attempts}  interruptions {r.interruptions}/{r.max_interruptions}  "
+        f"lane {r.lane}{'x' + str(r.gpus) if r.gpus else ''}  job {r.job_id or '-'}")
+    if r.interrupted_by:
+        say("interrupted by: " + ", ".join(f"{cause} {n}" for cause, n in sorted(r.interrupted_by.items()))
+            + " (not counted as attempts)")
+    if r.pending_interruption:
+        p = r.pending_interruption
+        say(f"waiting for requeued job {p.get('job_id')}: {p.get('cause')} ({p.get('detail')})")
+    if r.checkpoints:
+        say("finished phases: " + ", ".join(r.finished_phases))
+    if r.hold_reason:
+        say(f"held: {r.hold_reason}")
+    if r.last_error:
+        say(f"last error: {r.last_error}")
+
+
+def _show_lease(say: Callable[[str], None], lease: LeaseView | None) -> None:
+    """Who holds the run's lease and when it last beat (or that it has none, or a corrupt one)."""
+    import datetime
+
+    if lease is None:
+        say("lease: none")
+    elif lease.lease is None:
+        say(f"lease: corrupt ({lease.problem})")
+    else:
+        ls = lease.lease
+        say(f"lease: {ls.holder} {ls.job_id or ''} token {ls.token}, heartbeat "
+            f"{datetime.datetime.fromtimestamp(ls.heartbeat_at).isoformat(timespec='seconds')}")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from sweep.cli.common import campaign_option
+from sweep.cli.common import campaign_option, next_step
 
 
 @click.command("tick")
@@ -26,3 +26,5 @@ def tick(campaign: str | None, quiet: bool, full: bool) -> None:
     if not quiet or (outcome.report and outcome.report.errors):
         from sweep import textsafe
         click.echo(textsafe.block(outcome.message))     # tick errors may quote files and Slurm
+    if not quiet:
+        next_step("sweep status   (what the tick did and why runs wait)")

@@ -6,7 +6,7 @@ on the campaign's frozen runtime when one is frozen, and it waits until the reco
 (the tick writes that right after sbatch; the next tick adopts it if that tick died), so that
 from then on the controller is the only writer of the record while it holds the lease.
 
-Then phases run from the checkpoint: intake -> author -> gates -> review -> solve -> evaluate.
+Then phases run from the checkpoint: intake -> author -> gates -> probes -> review -> solve -> evaluate.
 Each finished phase is written to state.json before the next starts; a killed controller's
 successor resumes at the recorded phase and never repeats a finished one. See docs/controller.md.
 """

@@ -5,6 +5,10 @@ campaign has left). The controller reserves before every paid operation and sett
 run's own spend.json, so no cross-node lock is needed: the campaign can only exceed its cap by the
 recorded overrun of a single operation. An operation whose outcome is uncertain (the controller was
 killed during it) stays reserved, and an actual cost above its reservation stops further paid work.
+
+A scope (`quality`: the reviews, repairs and rollouts, bounded by `quality.max_spend_usd`) is a cap
+inside the allocation: its operations are marked in the ledger, so what they committed is summed
+from the same file and survives a killed controller like the rest.
 """
 from __future__ import annotations
 
@@ -43,16 +47,28 @@ class Budget:
             self._save()
         return open_ops
 
-    def can_spend(self, amount: float) -> tuple[bool, str]:
+    def committed_in(self, scope: str) -> float:
+        return self.ledger.committed_in(scope)
+
+    def can_spend(self, amount: float, *, scope: str | None = None, scope_cap: float | None = None,
+                  cap_name: str = "") -> tuple[bool, str]:
         if self.ledger.overrun:
             return False, "an earlier operation cost more than its reservation"
         if self.allocation is not None and self.committed + amount > self.allocation + EPS:
             return False, (f"allocation {self.allocation:.2f} USD, committed {self.committed:.2f}, "
                            f"next operation reserves {amount:.2f}")
+        if scope is not None and scope_cap is not None:
+            spent = self.committed_in(scope)
+            if spent + amount > scope_cap + EPS:
+                return False, (f"{cap_name or scope} {scope_cap:.2f} USD, committed {spent:.2f}, "
+                               f"next operation reserves {amount:.2f}")
         return True, ""
 
-    def reserve(self, op_id: str, what: str, amount: float) -> None:
-        entry = SpendEntry(op_id=op_id, what=what, reserved_usd=amount, at=time.time())
+    def scope_left(self, scope: str, scope_cap: float | None) -> float | None:
+        return None if scope_cap is None else max(0.0, scope_cap - self.committed_in(scope))
+
+    def reserve(self, op_id: str, what: str, amount: float, *, scope: str | None = None) -> None:
+        entry = SpendEntry(op_id=op_id, what=what, reserved_usd=amount, at=time.time(), scope=scope)
         self.ledger = self.ledger.model_copy(update={"entries": [*self.ledger.entries, entry]})
         self._save()
 

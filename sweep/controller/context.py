@@ -20,7 +20,7 @@ from runstate.files import make_private_dir, write_atomic
 from runstate.lease import LeaseLost
 from runstate.markers import read_outage
 from runstate.paths import RunPaths
-from runstate.models import EndReason, Event, Outcome, RunRecord, RunState
+from runstate.models import Event, Outcome, RunRecord, RunState
 from runstate.runs import append_event, load_record, save_record
 from sweep import textsafe
 from sweep.controller.budget import Budget
@@ -50,8 +50,9 @@ class Interrupted(BaseException):
 @dataclass
 class Ending(Exception):
     outcome: Outcome
-    reason: EndReason | None
+    reason: str | None         # an EndReason, or a phase's failure from the phase table
     detail: str = ""
+    cause: str | None = None   # a runstate/causes.py code when the phase knows it (else derived)
 
 
 @dataclass
@@ -81,6 +82,7 @@ def provider_park(role: str, provider: str, *, error_class: str | None = None, d
 @dataclass
 class AttemptFailed(Exception):
     detail: str
+    cause: str | None = None   # a runstate/causes.py code when the phase knows it (else derived)
 
 
 @dataclass

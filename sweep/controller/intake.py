@@ -10,7 +10,6 @@ the operator did not name.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import urllib.error
@@ -23,10 +22,10 @@ import orjson
 from pydantic import ValidationError
 
 from runstate.errors import describe_validation_error
-from runstate.files import make_private_dir, read_bytes, write_atomic
+from runstate.files import make_private_dir, write_atomic
 from runstate.paths import SOURCE_FILE
-from sweep.git import GitFailed, run_git
-from sweep.models.evidence import SourceEvidence
+from sweep.git import GitFailed, fetch_commits, run_git
+from sweep.models.evidence import EVIDENCE_SCHEMA_VERSION, SourceEvidence, evidence_sha256, load_source
 from sweep.models.plan import FrozenCandidate, github_pr
 
 GIT_TIMEOUT_S = 300
@@ -87,29 +86,6 @@ def _git(*args: str, cwd: Path | None = None) -> str:
         raise IntakeFailed(exc.message) from None
 
 
-def evidence_sha256(evidence: dict) -> str:
-    body = {k: v for k, v in evidence.items() if k != "evidence_sha256"}
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-
-def load_source(rdir: Path) -> SourceEvidence | None:
-    """A frozen source.json whose checksum holds, read as SourceEvidence, else None (a torn, edited
-    or malformed file is redone by intake)."""
-    raw = read_bytes(Path(rdir) / SOURCE_FILE)
-    if not raw:
-        return None
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict) or data.get("evidence_sha256") != evidence_sha256(data):
-        return None
-    try:
-        return SourceEvidence.model_validate(data)
-    except ValidationError:
-        return None
-
-
 def take_in(rdir: Path, fc: FrozenCandidate, github: GithubSettings | None = None) -> SourceEvidence:
     existing = load_source(rdir)
     if existing is not None:
@@ -122,10 +98,13 @@ def take_in(rdir: Path, fc: FrozenCandidate, github: GithubSettings | None = Non
             repo, base, head = cand.local_source()
         except ValueError as exc:
             raise IntakeFailed(str(exc)) from None
-        evidence = _from_local(repo, base, head, cand.title, cand.body)
+        evidence = _from_local(rdir, repo, base, head, cand.title, cand.body)
     evidence["test_command"] = cand.options.test_command
+    if cand.options.test_workdir:
+        evidence["test_workdir"] = cand.options.test_workdir
     evidence["pr_key"] = fc.pr_key
     evidence["frozen_at"] = time.time()
+    evidence["schema_version"] = EVIDENCE_SCHEMA_VERSION      # inside the checksum like every other field
     evidence["evidence_sha256"] = evidence_sha256(evidence)
     try:
         frozen = SourceEvidence.model_validate(evidence)     # what is written is what load_source reads back
@@ -139,18 +118,78 @@ def _resolve(repo: Path, ref: str) -> str:
     return _git("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}", cwd=repo).strip()
 
 
-def _from_local(repo: str, base: str, head: str, title: str | None, body: str | None) -> dict:
+def _resolve_in_candidate(path: Path, refs: list[str]) -> list[str]:
+    """The commits `refs` name in the candidate's repository: one `cat-file --batch-check` (the refs
+    on stdin), which reads objects and refs only, under sweep.git's hardening like every call."""
+    query = "".join(f"{ref}^{{commit}}\n" for ref in refs).encode()
+    try:
+        out = run_git(["cat-file", "--batch-check"], repo=path, input=query, timeout=GIT_TIMEOUT_S)
+    except GitFailed as exc:
+        raise (IntakeTransient if exc.timed_out else IntakeFailed)(exc.message) from None
+    answers = out.decode(errors="replace").splitlines()
+    shas = []
+    for ref, answer in zip(refs, answers + [""] * len(refs), strict=False):
+        fields = answer.split()
+        if len(fields) != 3 or fields[1] != "commit":
+            raise IntakeFailed(f"{ref!r} is not a commit in {path}")
+        shas.append(fields[0])
+    return shas
+
+
+def private_repo(rdir: Path, fill) -> Path:
+    """`rdir/source/repo`: a bare repository sweep creates (no template: no hooks, no attributes; a
+    fresh config), filled by `fill(staging)` before it is renamed into place, so a controller
+    killed meanwhile leaves a stray staging directory, never a half-filled repository the next
+    attempt would trust. Every later git command of the run works on this copy."""
+    import shutil
+    from sweep.git import init_private_repo
+    dest = Path(rdir) / "source" / "repo"
+    make_private_dir(dest.parent)
+    for stale in [dest, *dest.parent.glob(".repo.clone-*")]:
+        if stale.exists():
+            shutil.rmtree(stale)
+    staging = dest.parent / f".repo.clone-{os.getpid()}"
+    try:
+        init_private_repo(staging)
+    except GitFailed as exc:
+        raise IntakeTransient(exc.message) from None
+    fill(staging)
+    os.rename(staging, dest)
+    return dest
+
+
+def _from_local(rdir: Path, repo: str, base: str, head: str, title: str | None, body: str | None) -> dict:
     path = Path(repo)
     if not (path / ".git").exists() and not (path / "HEAD").exists():
         raise IntakeFailed(f"{repo} is not a git repository")
-    base_sha, head_sha = _resolve(path, base), _resolve(path, head)
+    base_sha, head_sha = _resolve_in_candidate(path, [base, head])
+
+    def fill(staging: Path) -> None:
+        # only the two commits and their trees (depth 1), fetched by upload-pack, which is made to
+        # serve untrusted repositories; nothing of the candidate's config comes along
+        try:
+            fetch_commits(staging, str(path.resolve()), {"refs/sweep/base": base_sha, "refs/sweep/head": head_sha})
+        except GitFailed as exc:
+            raise (IntakeTransient if exc.timed_out else IntakeFailed)(exc.message) from None
+    private = private_repo(rdir, fill)
     if title is None:
-        title = _git("log", "-1", "--format=%s", head_sha, cwd=path).strip()
+        title = _git("log", "-1", "--format=%s", head_sha, cwd=private).strip()
     if body is None:
-        body = _git("log", "-1", "--format=%b", head_sha, cwd=path).strip()
-    files = [f for f in _git("diff", "--name-only", "-z", base_sha, head_sha, cwd=path).split("\0") if f]
-    return {"kind": "git", "url": None, "repo": str(path), "base": base_sha, "head": head_sha,
+        body = _git("log", "-1", "--format=%b", head_sha, cwd=private).strip()
+    files = changed_files(private, base_sha, head_sha)
+    return {"kind": "git", "url": None, "repo": str(private), "base": base_sha, "head": head_sha,
             "base_ref": base, "head_ref": head, "title": title, "body": body, "changed_files": files}
+
+
+def changed_files(repo: Path, base: str, head: str) -> list[str]:
+    """The paths the PR changes: a tree comparison (`diff --raw`), no file content read."""
+    try:
+        out = run_git(["diff", "--raw", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base, head, "--"],
+                      repo=repo, timeout=GIT_TIMEOUT_S)
+    except GitFailed as exc:
+        raise (IntakeTransient if exc.timed_out else IntakeFailed)(exc.message) from None
+    fields = out.split(b"\0")
+    return [f.decode("utf-8", errors="replace") for f in fields[1::2] if f]
 
 
 class _TokenStaysOnItsHost(urllib.request.HTTPRedirectHandler):
@@ -216,19 +255,12 @@ def _from_github(rdir: Path, url: str, settings: GithubSettings) -> dict:
     if not (isinstance(clone_url, str) and clone_url.startswith(("https://", "http://"))):
         raise IntakeFailed(f"GitHub API: clone_url {clone_url!r} is not an http(s) URL")
     files = _api_get(settings, f"/repos/{owner}/{repo}/pulls/{number}/files?per_page=100")
-    dest = Path(rdir) / "source" / "repo"
-    if not (dest / ".git").exists():
-        # clone next to the target and rename it into place: a controller killed mid-clone leaves
-        # a stray temp directory, never a half-cloned `repo/` that the next attempt would trust
-        import shutil
-        make_private_dir(dest.parent)
-        for stale in [dest, *dest.parent.glob(".repo.clone-*")]:
-            if stale.exists():
-                shutil.rmtree(stale)
-        staging = dest.parent / f".repo.clone-{os.getpid()}"
-        _git("clone", "--quiet", "--no-checkout", "--end-of-options", clone_url, str(staging))
-        os.rename(staging, dest)
-    _git("fetch", "--quiet", "origin", f"+refs/pull/{number}/head:refs/sweep/pr-head", cwd=dest)
+
+    def fill(staging: Path) -> None:
+        # the branches (for the base) and the PR's head, into sweep's own bare repository
+        _git("fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--end-of-options", clone_url,
+             "+refs/heads/*:refs/remotes/origin/*", f"+refs/pull/{number}/head:refs/sweep/pr-head", cwd=staging)
+    dest = private_repo(rdir, fill)
     for sha in (base_sha, head_sha):
         _resolve(dest, sha)     # both commits must now be present locally
     return {"kind": "github", "url": url, "repo": str(dest), "base": base_sha, "head": head_sha,

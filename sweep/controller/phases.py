@@ -1,5 +1,6 @@
-"""The six phases. Each returns (next phase, summary for the checkpoint) or raises
-Ending / Park / AttemptFailed (see pipeline.py for what each does to the record).
+"""The functions that run the phases of the phase table (runstate/phases.py). Each returns (next
+phase, its typed checkpoint) or raises Ending / Park / AttemptFailed (see pipeline.py for what each
+does to the record); the next phase is the table's (`_after`), or the author after a repair.
 
 Paid work (every role session) is reserved in spend.json before it starts and settled after.
 Every task bundle the author produces is kept: the current one is `task/`, each earlier one moves
@@ -11,21 +12,25 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NoReturn
 
 from pydantic import ValidationError
 
 from roles import RoleSpec
 from runstate.errors import ConfigError, ProviderError, StateError, describe_validation_error
 from runstate.files import make_private_dir
+from runstate.checkpoints import (Checkpoint, GatesCheckpoint, IntakeCheckpoint, ProbesCheckpoint, RepairCheckpoint,
+                                  ReviewCheckpoint, SolveCheckpoint)
 from runstate.models import EndReason, Outcome, Phase
-from sweep.models.evidence import (Checkpoints, GatesEvidence, ReviewEvidence, ReviewVerdict, SolveEvidence,
-                                   SourceEvidence, read_evidence)
+from runstate.phases import PHASE_TABLE
+from sweep.models.evidence import (Checkpoints, GatesEvidence, MutationScore, ProbeRecord, ProbesEvidence,
+                                   ReadinessEvidence, ReviewEvidence, ReviewVerdict, SecretScanEvidence, SolveEvidence, SourceEvidence,
+                                   read_evidence)
 from sweep.controller.context import (AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, fresh_dir,
                                       provider_park, write_json)
 from sweep.execution import Limits, Provider
 from sweep.providers.base import SandboxError
-from sweep.tree import copy_tree
+from sweep.tree import copy_tree, require_real_dir
 
 TRIAL_TIMEOUT_S = 900
 
@@ -41,7 +46,27 @@ def _options(ctx: Ctx):
     return ctx.candidate.candidate.options
 
 
-_PHASE_ROLE = {Phase.author: "author", Phase.review: "reviewer", Phase.solve: "solver"}
+def runner(phase: str) -> Callable[[Ctx], tuple[str, Checkpoint]]:
+    """The function that runs `phase`: its row's `runner` (runstate/phases.py), imported on first use."""
+    import importlib
+    module, func = PHASE_TABLE.row(phase).runner_ref
+    return getattr(importlib.import_module(module), func)
+
+
+def _after(ctx: Ctx, phase: str) -> str:
+    """The phase after `phase` in the table; the solve phase is passed over when the plan asks
+    for no rollouts (the one phase a plan can switch off)."""
+    nxt = PHASE_TABLE.after(phase)
+    quality = _options(ctx).quality
+    if nxt == Phase.solve and not (quality.run_rollout and quality.rollouts > 0):
+        nxt = PHASE_TABLE.after(nxt)
+    if nxt is None:
+        raise RuntimeError(f"phase {phase} is the table's last row: it must end the run, not go on")
+    return nxt
+
+
+def _is_role(name: str) -> bool:
+    return name in PHASE_TABLE.roles
 
 
 def _provider(ctx: Ctx) -> Provider:
@@ -50,11 +75,13 @@ def _provider(ctx: Ctx) -> Provider:
         try:
             # author and reviewer sessions (and oracle solvers) run on this host whatever the plan's
             # provider: the task image they would need is what the author is still writing
-            ctx.provider_cache = get_provider("local", isolation=ctx.campaign.settings.isolation)
+            declared = ctx.campaign.settings.environment
+            ctx.provider_cache = get_provider("local", isolation=ctx.campaign.settings.isolation,
+                                              environment=declared.sandbox() if declared is not None else None)
         except (ConfigError, ProviderError) as exc:
             # nothing may run unsandboxed by accident: the run parks with the reason, every role
-            raise Park(_PHASE_ROLE.get(ctx.record.phase, "author"), "outage", f"configuration error: {exc}",
-                       also=tuple(_PHASE_ROLE.values())) from None
+            raise Park(PHASE_TABLE.role_of(ctx.record.phase) or "author", "outage", f"configuration error: {exc}",
+                       also=PHASE_TABLE.roles) from None
     return ctx.provider_cache
 
 
@@ -73,7 +100,7 @@ def _trial_provider(ctx: Ctx, role: str, *, agent_cli: str | None = None) -> Pro
     except SandboxError as exc:
         raise _provider_trouble(ctx, role, name, exc) from None
     except ConfigError as exc:
-        raise Park(role if role in _PHASE_ROLE.values() else "author", "outage",
+        raise Park(role if _is_role(role) else "author", "outage",
                    f"configuration error: provider {name}: {exc}", provider=name) from None
     try:
         return ContainerRunner(sandboxes, environment_dir=ctx.paths.task / "environment", run_dir=ctx.paths.dir,
@@ -93,29 +120,26 @@ def _provider_trouble(ctx: Ctx, role: str, provider: str, exc: Exception) -> Exc
     """A remote provider's error during `role`, classified: outage/throttle park the run under the
     provider's cooldown, config parks it with the reason, failure fails the attempt."""
     cls = getattr(exc, "error_class", "failure")
-    park = provider_park(role if role in _PHASE_ROLE.values() else "solver", provider, error_class=cls,
+    park = provider_park(role if _is_role(role) else "solver", provider, error_class=cls,
                          detail=str(exc)[:300])
     if park is not None:
         return park
     if cls == "config":
-        return Park(role if role in _PHASE_ROLE.values() else "author", "outage",
+        return Park(role if _is_role(role) else "author", "outage",
                     f"configuration error: {provider}: {str(exc)[:300]}", provider=provider)
     return AttemptFailed(f"{provider} during {role}: {str(exc)[:300]}")
 
 
-# Runtimes that run sweep's own code (they need this host's sweep installation): always on the host.
-HOST_ONLY_RUNTIMES = frozenset({"oracle", "nop"})
-
-
 def _session_provider(ctx: Ctx, role: str, runtime: str) -> Provider:
     """Where a role session runs: a solver with an agent runtime runs in the task's image when the
-    provider is remote (the image gets the agent CLI's install layer for claude-code and codex);
-    every other session runs on this host."""
-    if role != "solver" or _options(ctx).provider == "local" or runtime in HOST_ONLY_RUNTIMES:
+    provider is remote (the image gets the install layer of the agent CLI the runtime drives);
+    every other session, and a runtime that runs sweep's own code (host_only), runs on this host."""
+    from sweep.runtimes.facts import facts_of
+    facts = facts_of(runtime)
+    if role != "solver" or _options(ctx).provider == "local" or facts.host_only:
         return _provider(ctx)
-    from sweep.providers.image import AGENT_CLIS
     try:
-        return _trial_provider(ctx, role, agent_cli=runtime if runtime in AGENT_CLIS else None)
+        return _trial_provider(ctx, role, agent_cli=facts.cli.npm_spec if facts.cli else None)
     except TaskImageProblem as exc:
         raise AttemptFailed(f"the task's image: {exc}") from None
 
@@ -135,10 +159,18 @@ def _limits(ctx: Ctx, role: RoleSpec | None = None) -> Limits:
 def _roles(ctx: Ctx) -> tuple[dict[str, RoleSpec], dict[str, str]]:
     if ctx.roles_cache is None:
         from roles import load_roles_dir, manifest_sha256
-        specs = load_roles_dir(ctx.campaign.dir / "roles")
-        shas = {name: manifest_sha256(ctx.campaign.dir / "roles" / f"{name}.toml") for name in specs}
+        specs = load_roles_dir(ctx.campaign.paths.roles)
+        shas = {name: manifest_sha256(ctx.campaign.paths.role_manifest(name)) for name in specs}
         ctx.roles_cache = (specs, shas)
     return ctx.roles_cache
+
+
+def source_names(cand, src: SourceEvidence) -> tuple[str, str]:
+    """(the PR's name, the repository's name) without a host path: the PR's URL when it has one,
+    otherwise `<repository directory name>@<base>..<head>` (as the export names it)."""
+    url = cand.candidate.url or src.url
+    repo = os.path.basename(str(cand.candidate.repo or "").rstrip("/")) or "repo"
+    return (url or f"{repo}@{src.base}..{src.head}"), repo
 
 
 def _source(ctx: Ctx) -> SourceEvidence:
@@ -155,18 +187,19 @@ def _session_dir(ctx: Ctx, role: str) -> Path:
     return make_private_dir(root / f"{n:04d}-{role}")
 
 
-def _git_export(repo: str, commit: str, dest: Path) -> None:
-    """The tree of `commit` into `dest`: git archive unpacked by tarfile's data filter (sweep.git),
-    never an external tar running as whoever runs the controller."""
+def _git_export(ctx: Ctx, repo: str, commit: str, dest: Path) -> None:
+    """Exactly the tree of `commit` into `dest` (sweep.git.export_tree: ls-tree and cat-file into
+    files created under dir descriptors; no archive, no filters, no export-subst), refused before
+    any byte when it is bigger than the plan's workspace bound."""
     from sweep.git import GitFailed, export_tree
     make_private_dir(dest)
     try:
-        export_tree(repo, commit, dest, timeout=600)
+        export_tree(repo, commit, dest, timeout=600, max_bytes=ctx.campaign.settings.limits.to_limits().workspace_bytes)
         _make_private(dest)
     except GitFailed as exc:
         if exc.unsafe:
-            # the tree itself (a `.git` entry, a path escaping the directory): the same on every
-            # attempt, so it ends the run instead of burning the remaining attempts
+            # the tree itself (a `.git` entry, a path escaping the directory, more bytes than the
+            # bound): the same on every attempt, so it ends the run instead of burning the rest
             raise Ending(Outcome.blocked, EndReason.intake_failed, exc.message[-300:]) from None
         raise AttemptFailed(exc.message[-300:]) from None
 
@@ -197,27 +230,23 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     opts = _options(ctx)
     runtime = getattr(opts.runtimes, role)
     if reserve is None:
-        from sweep.runtimes.base import UNPAID_RUNTIMES, session_reservation
+        from sweep.runtimes.base import session_reservation
+        from sweep.runtimes.facts import facts_of
         amount = session_reservation(runtime, specs[role].budget.cost_cap_usd, opts.worker_reservation_usd)
-        if amount <= 0 and runtime not in UNPAID_RUNTIMES:
+        if amount <= 0 and facts_of(runtime).paid:
             raise Park(role, "outage", f"configuration error: a {runtime} session costs money but role {role} has "
                                        "no budget.cost_cap_usd and the plan no worker_reservation_usd, so "
                                        "nothing would bound it")
     else:
         amount = reserve
-    ok, why = ctx.budget.can_spend(amount)
-    if not ok:
-        raise Ending(Outcome.generated_unverified if ctx.paths.task.exists() else Outcome.blocked,
-                     EndReason.budget_exhausted, why)
-    session_dir = _session_dir(ctx, role)
+    session_dir, limit = _reserve_session(ctx, role, runtime, amount, specs[role].budget.cost_cap_usd)
     op_id = session_dir.name
-    ctx.budget.reserve(op_id, f"{role} session ({runtime})", amount)
-    ctx.event("session_started", phase=ctx.record.phase.value, detail=f"{op_id} runtime {runtime}")
+    ctx.event("session_started", phase=ctx.record.phase, detail=f"{op_id} runtime {runtime}")
     try:
         req = SessionRequest(role=specs[role], manifest_sha256=shas[role], runtime=runtime,
                              runtime_options=dict(opts.runtime_options.get(role, {})), workspace=workspace,
                              session_dir=session_dir, prompt=prompt, inputs=inputs,
-                             limits=_limits(ctx, specs[role]),
+                             limits=_limits(ctx, specs[role]), cost_limit_usd=limit,
                              secrets=_role_secrets(ctx, specs[role], runtime, opts.runtime_options.get(role)))
         result = run_session(req, _session_provider(ctx, role, runtime))
     except (AttemptFailed, Park):
@@ -228,20 +257,21 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
         # reservation is charged whole, since what the agent spent before it cannot be known;
         # unless it was refused before any sandbox existed (nothing_ran: nothing was spent)
         ctx.budget.settle(op_id, 0.0 if exc.nothing_ran else amount)
-        ctx.event("session_done", phase=ctx.record.phase.value, detail=f"{op_id}: provider: {exc}")
+        ctx.event("session_done", phase=ctx.record.phase, detail=f"{op_id}: provider: {exc}")
         raise _provider_trouble(ctx, role, _options(ctx).provider, exc) from None
     except (ConfigError, ProviderError) as exc:
         # refused up front (bad runtime options, a runtime that cannot honour the manifest, an
         # edited manifest): nothing ran, so nothing was spent; the role stays stopped (and shows
         # in `sweep status`) until a human fixes it and the canary after the cooldown succeeds
         ctx.budget.settle(op_id, 0.0)
-        ctx.event("session_done", phase=ctx.record.phase.value, detail=f"{op_id}: refused: {exc}")
+        ctx.event("session_done", phase=ctx.record.phase, detail=f"{op_id}: refused: {exc}")
         raise Park(role, "outage", f"configuration error: {exc}") from None
     # A runtime that cannot measure its cost (the command runtime) reports None: the session is
     # charged its whole reservation, never $0, or a campaign cap would not bind such runtimes.
     ctx.budget.settle(op_id, result.cost_usd)
+    _end_if_quality_spent(ctx)
     sandbox = f" [isolation {result.isolation}, network {result.network}]"
-    ctx.event("session_done", phase=ctx.record.phase.value,
+    ctx.event("session_done", phase=ctx.record.phase,
               detail=f"{op_id}: {result.status}{sandbox}" + (f" ({result.failure_class}: {result.reason or ''} "
                                                             f"{result.evidence[:200]})" if not result.ok else ""))
     if result.ok:
@@ -253,11 +283,61 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
         # a bad key or billing problem stops the whole key family (every role that uses it) until a
         # human fixes it: the cooldowns show in `sweep status`, and the canary after them tells
         # whether the fix worked
-        family = specs[role].key_family
-        same_family = sorted(name for name, spec in specs.items() if spec.key_family == family)
+        from sweep.runtimes import key_family_of
+        family = key_family_of(specs[role], runtime)
+        same_family = sorted(name for name, spec in specs.items()
+                             if key_family_of(spec, getattr(opts.runtimes, name)) == family)
         raise Park(role, "outage", f"configuration error (key family {family}): "
                                    f"{result.evidence or result.reason}", also=tuple(same_family))
     return result
+
+
+QUALITY_SCOPE = "quality"
+
+
+def _reserve_session(ctx: Ctx, role: str, runtime: str, amount: float,
+                     role_cap: float | None) -> tuple[Path, float | None]:
+    """Reserve `amount` for a session of `role` (ending the run when the allocation or the quality
+    scope cannot cover it); its new session directory and the cost bound it is given."""
+    scope = _budget_scope(ctx, role)
+    cap = _options(ctx).quality.max_spend_usd if scope == QUALITY_SCOPE else None
+    ok, why = ctx.budget.can_spend(amount, scope=scope, scope_cap=cap, cap_name="quality.max_spend_usd")
+    if not ok:
+        _end_on_budget(ctx, why)
+    session_dir = _session_dir(ctx, role)
+    # what the session may spend: its role's cap, its reservation, the allocation's rest and the
+    # quality scope's rest; the CLI's own cap flag gets it, and the metering relay refuses further
+    # requests once it is reached
+    left = None if ctx.budget.allocation is None else max(0.0, ctx.budget.allocation - ctx.budget.committed)
+    bounds = [x for x in (role_cap, amount or None, left, ctx.budget.scope_left(scope, cap) if scope else None)
+              if x is not None]
+    ctx.budget.reserve(session_dir.name, f"{role} session ({runtime})", amount, scope=scope)
+    return session_dir, min(bounds) if bounds else None
+
+
+def _budget_scope(ctx: Ctx, role: str) -> str | None:
+    """The quality scope holds every session after the first bundle's authoring: the reviews, the
+    repairs (an author session with findings to address) and the rollouts."""
+    if role == "author" and _checkpoints(ctx).repair is None:
+        return None
+    return QUALITY_SCOPE
+
+
+def _end_on_budget(ctx: Ctx, why: str) -> NoReturn:
+    raise Ending(Outcome.generated_unverified if ctx.paths.task.exists() else Outcome.blocked,
+                 EndReason.budget_exhausted, why)
+
+
+def _end_if_quality_spent(ctx: Ctx) -> None:
+    """Past `quality.max_spend_usd` the quality loop ends at once with the budget cause, whatever
+    the work that cost it found: evidence bought beyond its bound verifies nothing."""
+    cap = _options(ctx).quality.max_spend_usd
+    if cap is None:
+        return
+    spent = ctx.budget.committed_in(QUALITY_SCOPE)
+    if spent > cap + 1e-9:
+        _end_on_budget(ctx, f"quality.max_spend_usd {cap:.2f} USD reached: the reviews, repairs and rollouts "
+                            f"committed {spent:.2f}")
 
 
 def _role_secrets(ctx: Ctx, spec, runtime: str, options: dict | None) -> dict:
@@ -267,7 +347,8 @@ def _role_secrets(ctx: Ctx, spec, runtime: str, options: dict | None) -> dict:
     from sweep.runtimes import get_runtime
     if not get_runtime(runtime).capabilities(options or {}).uses_credentials:
         return {}
-    return session_secrets(ctx.campaign.settings, spec.key_family)
+    from sweep.runtimes import key_family_of
+    return session_secrets(ctx.campaign.settings, key_family_of(spec, runtime))
 
 
 def _redact_changed(workspace: Path, changed: list[str]) -> None:
@@ -295,7 +376,7 @@ def _end_if_secret_in_bundle(ctx: Ctx, bundle: Path, revision: int, *, install: 
     if install:
         _install_bundle(ctx, bundle)
     write_json(ctx.evidence_path("secret-scan", revision),
-               {"files": leaked, "redacted": True, "at": time.time()})
+               SecretScanEvidence(files=leaked, redacted=True, at=time.time()).for_disk())
     shown = ", ".join(leaked[:5]) + (f" and {len(leaked) - 5} more" if len(leaked) > 5 else "")
     raise Ending(Outcome.blocked, EndReason.secret_in_bundle,
                  f"revision {revision} of the bundle held a secret (now redacted) in: {shown}")
@@ -303,36 +384,51 @@ def _end_if_secret_in_bundle(ctx: Ctx, bundle: Path, revision: int, *, install: 
 
 # ---- phases -----------------------------------------------------------------------------------
 
-def intake(ctx: Ctx):
+def intake(ctx: Ctx) -> tuple[str, Checkpoint]:
     from sweep.controller.intake import GithubSettings, IntakeFailed, IntakeTransient, take_in
-    prior = {p.strip().lower() for p in ctx.campaign.settings.prior_verified}
+    from sweep.priors import duplicate_of
     fc = ctx.candidate
-    if fc.pr_key.lower() in prior or (fc.candidate.url or "").lower() in prior or fc.run_id in prior:
-        raise Ending(Outcome.blocked, EndReason.duplicate, f"{fc.pr_key} is in the plan's prior_verified")
     try:
         src = take_in(ctx.paths.dir, fc, GithubSettings.for_campaign(ctx.campaign.settings) if fc.candidate.url else None)
     except IntakeFailed as exc:
         raise Ending(Outcome.blocked, EndReason.intake_failed, str(exc)) from None
     except IntakeTransient as exc:
         raise AttemptFailed(f"intake: {exc}") from None
-    return Phase.author, {"base": src.base, "head": src.head, "evidence_sha256": src.evidence_sha256,
-                          "changed_files": len(src.changed_files)}
+    # init wrote the duplicates it could see ended; a GitHub PR's commits are known only now
+    prior = duplicate_of(ctx.campaign.file.priors, fc.pr_key, (src.base, src.head))
+    if prior is not None:
+        raise Ending(Outcome.blocked, EndReason.duplicate,
+                     f"the same PR (commits {src.base[:12]}..{src.head[:12]}) as the verified prior {prior.entry}")
+    return _after(ctx, Phase.intake), IntakeCheckpoint(base=src.base, head=src.head,
+                                                       evidence_sha256=src.evidence_sha256,
+                                                       changed_files=len(src.changed_files))
 
 
-def author(ctx: Ctx):
+def author(ctx: Ctx) -> tuple[str, Checkpoint]:
     from sweep.harbor.bundle import bundle_sha256, validate_bundle
+    from sweep.harbor.verification import DEFAULT_TEST_COMMAND
     src = _source(ctx)
     # after `sweep retry` revisions keep counting up, so no earlier evidence file is overwritten
     cps = _checkpoints(ctx)
     revision = max(cps.author_revision, cps.retry_after_revision) + 1
     findings = cps.repair.findings if cps.repair else []
     workspace = fresh_dir(ctx.paths.work / f"author-r{revision:04d}")
-    _git_export(src.repo, src.base, workspace / "repo")
+    _git_export(ctx, src.repo, src.base, workspace / "repo")
     make_private_dir(workspace / "task")
-    prompt = _author_prompt(src, findings)
+    if findings and ctx.paths.task.is_dir():
+        # a repair starts from the bundle that fell short (the prompt says so and what failed)
+        copy_tree(ctx.paths.task, workspace / "task")
+    prompt = _author_prompt(src, findings, ctx.campaign.settings.limits.prompt_diff_kb * 1024, revision,
+                            _options(ctx).test_runner)
     runtime_source = {"kind": "git", "repo": src.repo, "base": src.base, "head": src.head,
                       "title": src.title, "body": src.body,
-                      "test_command": src.test_command or "python3 -m unittest -q"}
+                      "test_command": src.test_command or DEFAULT_TEST_COMMAND,  # what the gates run too
+                      "test_runner": _options(ctx).test_runner,
+                      # how the bundle's task.toml names the PR: never the private copy's host path
+                      "source_name": source_names(ctx.candidate, src)[0]}
+    if src.test_workdir:
+        runtime_source["test_workdir"] = src.test_workdir
+    _check_readiness(ctx, runtime_source)
     result = _session(ctx, "author", workspace, prompt, {"source": runtime_source, "findings": findings,
                                                         "revision": revision})
     if not result.ok:
@@ -340,6 +436,11 @@ def author(ctx: Ctx):
         if result.reason in PERMANENT_REFUSALS:     # the PR itself cannot become a task: retrying cannot help
             raise Ending(Outcome.blocked, EndReason.construction_failed, result.evidence or result.reason)
         raise AttemptFailed(f"author session {result.status}: {result.reason or ''} {result.evidence[:300]}")
+    if (workspace / "task").is_symlink() or not (workspace / "task").is_dir():
+        # before anything walks it: a task/ made a link would have the host's directory it names
+        # chmod-ed, scanned and copied as the bundle
+        return _repair_or_end(ctx, "author", ["bundle invalid: task/ is not a directory (a symlink, or removed)"],
+                              no_bundle=not ctx.paths.task.exists())
     _make_private(workspace / "task")     # whatever modes the author's tools used
     _end_if_secret_in_bundle(ctx, workspace / "task", revision, install=True)
     problems = validate_bundle(workspace / "task")
@@ -347,18 +448,53 @@ def author(ctx: Ctx):
         return _repair_or_end(ctx, "author", [f"bundle invalid: {p}" for p in problems[:10]],
                               no_bundle=not ctx.paths.task.exists())
     new_sha = bundle_sha256(workspace / "task")
-    failed_before = _failed_gates_for(ctx, new_sha)
+    failed_before, passed_before_fix = _failed_gates_for(ctx, new_sha)
     if failed_before:
         # a repair that changes nothing cannot pass: re-running the gates would only re-roll a
         # flaky test until it passes by chance, which is exactly what the gates must not allow
-        raise Ending(Outcome.generated_unverified, EndReason.gates_failed,
+        raise Ending(Outcome.generated_unverified,
+                     EndReason.passes_before_fix if passed_before_fix else EndReason.gates_failed,
                      f"the author produced bundle {new_sha[:12]} again, which already failed the gates "
                      f"({failed_before})")
     _install_bundle(ctx, workspace / "task")
-    return Phase.gates, {"revision": revision, "bundle_sha256": new_sha}
+    return _after(ctx, Phase.author), Checkpoint(revision=revision, bundle_sha256=new_sha)
 
 
-def _failed_gates_for(ctx: Ctx, sha: str) -> str | None:
+def _check_readiness(ctx: Ctx, source: dict) -> None:
+    """The test command, run once per run on the base checkout in this job's environment, before
+    the author's first session (sweep/readiness.py). A failure parks the run as a configuration
+    error of the author role with its cause: nothing is spent on a campaign whose environment
+    cannot run its tests, and the role's cooldown holds the other runs until it is fixed. A pass is
+    kept as evidence/readiness-r0000.json, so the check runs once per run."""
+    done = ctx.paths.evidence_file("readiness", 0)
+    if done.is_file() or _options(ctx).provider != "local":
+        return      # done for this run; a remote provider's trials run in the task's image instead
+    from sweep.readiness import check_source
+    scratch = fresh_dir(ctx.paths.work / "readiness")
+    try:
+        ready = check_source(source, _provider(ctx), scratch, limits=_limits(ctx))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    ctx.event("readiness", phase=ctx.record.phase, detail=ready.line())
+    if not ready.ok:
+        raise Park("author", "outage", f"configuration error: {ready.cause}: {ready.detail}")
+    write_json(ctx.evidence_path("readiness", 0),
+               ReadinessEvidence.model_validate({**ready.as_json(), "at": time.time()}).for_disk())
+
+
+def passes_before_fix(gates: dict) -> bool:
+    """The gates failed only because the tests pass before the fix: the reference scores 1 and so
+    does the empty solution, on every repeat."""
+    def rewards(name: str) -> list:
+        result = gates.get(name)
+        got = result.get("rewards") if isinstance(result, dict) else getattr(result, "rewards", None)
+        return list(got or [])
+    ref, empty = rewards("reference"), rewards("empty")
+    return bool(ref) and bool(empty) and all(r == 1.0 for r in ref) and all(r == 1.0 for r in empty)
+
+
+def _failed_gates_for(ctx: Ctx, sha: str) -> tuple[str | None, bool]:
+    """(which gates the bundle `sha` already failed, whether because its tests pass before the fix)."""
     since = _checkpoints(ctx).retry_after_revision
     for path in sorted(ctx.paths.evidence.glob("gates-r*.json")):
         try:
@@ -368,38 +504,80 @@ def _failed_gates_for(ctx: Ctx, sha: str) -> str | None:
         if ev is None or ev.revision <= since:
             continue    # judged before `sweep retry`: the operator asked for a fresh look
         if ev.bundle_sha256 == sha and ev.passed is False:
-            return f"revision {ev.revision}: {', '.join(ev.failed())} failed"
-    return None
+            return f"revision {ev.revision}: {', '.join(ev.failed())} failed", passes_before_fix(ev.gates)
+    return None, False
 
 
-PROMPT_DIFF_LIMIT = 200_000     # characters of the PR's diff in the author's prompt
+PROMPT_FILES_LISTED = 200       # files named with their sizes in the author's prompt
+PROMPT_FILE_DIFFED = 1 << 20    # a file bigger than this (and than the limit) is summarised, never diffed
 
 
-def _pr_diff(src: SourceEvidence) -> str:
-    """The PR's diff (base..head) as text for the prompt, cut at PROMPT_DIFF_LIMIT; "" if git fails."""
-    from sweep.git import GitFailed, run_git
+def _pr_diff(src: SourceEvidence, limit: int) -> str:
+    """The PR's diff for the author's prompt, bounded whatever the PR holds: a summary of the changed
+    files with their sizes (from the object headers: no content read), then the first `limit` bytes
+    of the diff of the files small enough to diff (a file bigger than `limit` and 1 MiB on either
+    side is left out before git runs, so a 400 MB text file is never diffed); streamed, git stopped
+    at the limit. "" if git fails."""
+    from sweep.git import GitFailed, diff_restoring, object_sizes, raw_changes
+    zero = "0" * len(src.base)
     try:
-        out = run_git(["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames", src.base,
-                       src.head, "--"], repo=src.repo, timeout=120)
+        changes = raw_changes(src.repo, src.base, src.head, timeout=120)
+        sizes = object_sizes(src.repo, [sha for c in changes for sha in (c[3], c[5]) if sha != zero], timeout=120)
+        most = max(limit, PROMPT_FILE_DIFFED)
+        big = {c[1]: c for c in changes if max(sizes.get(c[3], 0), sizes.get(c[5], 0)) > most}
+        diff = diff_restoring(src.repo, src.base, src.head,
+                              {path: (c[2], c[3]) if c[0] != "A" else None for path, c in big.items()},
+                              ["--no-ext-diff", "--no-textconv", "--no-color", "--no-renames"], timeout=120,
+                              limit=limit)
     except GitFailed:
         return ""
-    text = out.decode("utf-8", errors="replace")
-    if len(text) > PROMPT_DIFF_LIMIT:
-        text = text[:PROMPT_DIFF_LIMIT] + f"\n[diff cut at {PROMPT_DIFF_LIMIT} characters]\n"
-    return text
+    def size(sha: str) -> str:
+        return "-" if sha == zero else f"{sizes.get(sha, 0)} B"
+    summary = [f"{c[0]} {c[1]} ({size(c[3])} -> {size(c[5])})" + (" [not in the diff: too big]" if c[1] in big else "")
+               for c in changes[:PROMPT_FILES_LISTED]]
+    if len(changes) > PROMPT_FILES_LISTED:
+        summary.append(f"... and {len(changes) - PROMPT_FILES_LISTED} more files")
+    text = diff[:limit].decode("utf-8", errors="replace")
+    if len(diff) > limit:
+        text += f"\n[diff cut at {limit} bytes]\n"
+    return "Files (status path (base size -> head size)):\n" + "\n".join(summary) + "\n\n" + text
 
 
-def _author_prompt(src: SourceEvidence, findings: list[str]) -> str:
+def _runner_line(argv: list[str], named: str | None) -> str:
+    """How per-test results are taken for `argv` (the plan's `test_runner` when it names one), in
+    the runner package's words."""
+    from sweep.harbor.runners import UnknownRunner, runner_for
+    try:
+        runner = runner_for(argv, named)
+    except UnknownRunner as exc:
+        return f"no runner recognises this command ({exc}): the gates will fail"
+    return f"per-test results come from the runner itself: {runner.name} ({runner.title})"
+
+
+def _author_prompt(src: SourceEvidence, findings: list[str], diff_limit: int, revision: int = 1,
+                   test_runner: str | None = None) -> str:
     # the author's instructions promise the PR's title, body and diff: all untrusted data, which
     # only ever becomes the content of the prompt file
+    import shlex
+    command = src.test_command or "python3 -m unittest -q"
     text = ["# Pull request", "", f"Title: {src.title}", "", "Body:", src.body or "(empty)", "",
             f"Base commit: {src.base}", f"Head commit: {src.head}", "",
             "Changed files:", *[f"- {f}" for f in src.changed_files[:200]]]
-    diff = _pr_diff(src)
+    diff = _pr_diff(src, diff_limit)
     if diff:
         text += ["", "Diff (base..head):", "```diff", diff.rstrip("\n"), "```"]
+    text += ["", "# The contract your bundle is checked against",
+             f"- Test command (the plan's; write it to tests/test_command.txt, one argument a line): `{command}`",
+             f"- It runs in the repository's directory `{src.test_workdir}` (write it to tests/test_workdir.txt)"
+             if src.test_workdir else "- It runs at the repository's root.",
+             f"- How per-test results are taken: {_runner_line(shlex.split(command), test_runner)}; never from a report you write.",
+             "- sweep generates tests/test.sh (the harness) itself: it installs tests/test_files.txt's files "
+             "(from tests/files/) over the repository and runs the test command.",
+             "- FAIL_TO_PASS (tests failing in every empty run and passing in every reference run) must be "
+             "non-empty; every repeat must agree."]
     if findings:
-        text += ["", "# Repair: the previous bundle fell short", *[f"- {f}" for f in findings]]
+        text += ["", f"# Repair (revision {revision}): your previous bundle is in task/; start from it",
+                 "What failed:", *[f"- {f}" for f in findings]]
     return "\n".join(text) + "\n"
 
 
@@ -413,6 +591,7 @@ def _install_bundle(ctx: Ctx, new_bundle: Path) -> None:
     staged = ctx.paths.staged_task
     if staged.exists():
         shutil.rmtree(staged)
+    require_real_dir(new_bundle)         # copytree would copy wherever a link at the root points
     shutil.copytree(new_bundle, staged, symlinks=True)
     task = ctx.paths.task
     if task.exists():
@@ -422,20 +601,26 @@ def _install_bundle(ctx: Ctx, new_bundle: Path) -> None:
     os.rename(staged, task)
 
 
-def _repair_or_end(ctx: Ctx, where: str, findings: list[str], *, no_bundle: bool = False):
+def _repair_or_end(ctx: Ctx, where: str, findings: list[str], *, no_bundle: bool = False,
+                   reason: EndReason | None = None) -> tuple[str, Checkpoint]:
+    """Back to the author with `findings` while repairs are left (dropping the checkpoints of the
+    phases the table says a repair clears), else the ending the table gives phase `where` (or
+    `reason` when the caller knows better, e.g. passes_before_fix)."""
     quality = _options(ctx).quality
     repair = _checkpoints(ctx).repair
     repairs = repair.count if repair else 0
     if quality.repair and repairs < quality.max_repairs:
-        ctx.event("repair", phase=ctx.record.phase.value,
+        ctx.event("repair", phase=ctx.record.phase,
                   detail=f"repair {repairs + 1}/{quality.max_repairs} after {where}: " + "; ".join(findings)[:300])
-        checkpoints = {k: v for k, v in ctx.record.checkpoints.items() if k not in ("gates", "review", "solve")}
-        checkpoints["repair"] = {"count": repairs + 1, "findings": findings, "after": where, "at": time.time()}
+        cleared = PHASE_TABLE.cleared_by_repair
+        checkpoints = {k: v for k, v in ctx.record.checkpoints.items() if k not in cleared}
+        checkpoints["repair"] = {**RepairCheckpoint(count=repairs + 1, findings=findings, after=where).to_json(),
+                                 "at": time.time()}
         ctx.save(checkpoints=checkpoints)
-        return Phase.author, {"repair": repairs + 1, "after": where}
+        return Phase.author, PHASE_TABLE.row(where).checkpoint(repair=repairs + 1, after=where)
     if no_bundle:
         raise Ending(Outcome.blocked, EndReason.construction_failed, f"{where}: " + "; ".join(findings)[:500])
-    raise Ending(Outcome.generated_unverified, EndReason(f"{where}_failed"), "; ".join(findings)[:500])
+    raise Ending(Outcome.generated_unverified, reason or PHASE_TABLE.failure(where), "; ".join(findings)[:500])
 
 
 def gate_hash_seed(repeat: int) -> int:
@@ -449,9 +634,33 @@ def gate_hash_seed(repeat: int) -> int:
     return repeat + 1
 
 
-def gates(ctx: Ctx):
-    from sweep.harbor.bundle import bundle_sha256, validate_bundle
+def _gate_trial(ctx: Ctx, bundle: Path, kind: str, provider: Provider, harness, name: str, seed: int):
     from sweep.harbor.trial import run_trial
+    revision = _checkpoints(ctx).author_revision
+    work = fresh_dir(ctx.paths.work / f"gates-r{revision:04d}-{name}")
+    try:
+        return run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
+                         env={"PYTHONHASHSEED": str(seed)}, limits=_limits(ctx), harness=harness)
+    except ProviderError as exc:       # the remote provider's trouble, never the task's verdict
+        raise _provider_trouble(ctx, "gates", provider.name, exc) from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _task_harness(ctx: Ctx, revision: int):
+    """The harness every rollout runs: the plan's test command and runner, and the ids the gates
+    recorded for this revision (FAIL_TO_PASS + PASS_TO_PASS)."""
+    from sweep.harbor.verification import rollout_harness
+    try:
+        gates_read = read_evidence(ctx.paths.evidence_file("gates", revision), GatesEvidence)
+    except StateError as exc:
+        raise AttemptFailed(str(exc)) from None
+    return rollout_harness(_source(ctx).test_command, _options(ctx).test_runner,
+                           gates_read.gates.get("fail_to_pass") if gates_read else None, _source(ctx).test_workdir)
+
+
+def gates(ctx: Ctx) -> tuple[str, Checkpoint]:
+    from sweep.harbor.bundle import bundle_sha256, validate_bundle
     bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
     revision = _checkpoints(ctx).author_revision
@@ -464,49 +673,150 @@ def gates(ctx: Ctx):
             provider = _trial_provider(ctx, "gates")
         except TaskImageProblem as exc:
             results["image"] = {"ok": False, "detail": str(exc)[:300]}
+    harness = None
     if not problems and "image" not in results:
-        from sweep.harbor import junit
-        rewards: dict[str, list[float | None]] = {"reference": [], "empty": []}    # None: no reward
-        details: dict[str, list[str]] = {"reference": [], "empty": []}
-        reports: dict[str, list[Any]] = {"reference": [], "empty": []}      # per-test outcomes of each run (JUnit)
+        from sweep.harbor.verification import verifier_gate
+        harness, results["verifier"] = verifier_gate(bundle, _source(ctx).test_command, _options(ctx).test_runner,
+                                                     _source(ctx).test_workdir)
+    if harness is not None and results["verifier"]["ok"]:
+        from sweep.harbor.verification import GateRuns
+        runs = GateRuns(bundle, harness)
         for i in range(repeats):
             for kind in ("reference", "empty"):
-                work = fresh_dir(ctx.paths.work / f"gates-r{revision:04d}-{kind}-{i}")
-                try:
-                    trial = run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
-                                      env={"PYTHONHASHSEED": str(gate_hash_seed(i))}, limits=_limits(ctx))
-                except ProviderError as exc:       # the remote provider's trouble, never the task's verdict
-                    raise _provider_trouble(ctx, "gates", provider.name, exc) from None
-                rewards[kind].append(trial.reward)
-                details[kind].append(trial.detail)
-                try:
-                    reports[kind].append(junit.read_junit(Path(trial.workdir or work) / "logs" / "verifier"))
-                except junit.ReportProblem as exc:
-                    reports[kind].append(exc)
-                shutil.rmtree(work, ignore_errors=True)
-        results["reference"] = {"ok": all(r == 1.0 for r in rewards["reference"]), "rewards": rewards["reference"],
-                                "detail": "; ".join(d for d in details["reference"] if d)[:300]}
-        results["empty"] = {"ok": all(r == 0.0 for r in rewards["empty"]),
-                            "rewards": rewards["empty"], "detail": "; ".join(d for d in details["empty"] if d)[:300]}
-        results["repeat"] = {"ok": len(set(rewards["reference"])) == 1 and len(set(rewards["empty"])) == 1,
-                             "detail": "same result on every repeat" if len(set(rewards["reference"])) == 1
-                             and len(set(rewards["empty"])) == 1 else "results differ between repeats: flaky"}
-        # a task is verified only if some test fails before the fix and passes after it
-        results["fail_to_pass"] = junit.compare_runs(reports["empty"], reports["reference"]).as_evidence()
-    passed = all(r["ok"] for r in results.values())
+                runs.add(kind, _gate_trial(ctx, bundle, kind, provider, harness, f"{kind}-{i}", gate_hash_seed(i)))
+        results.update(runs.standard_gates())
+        # a task is verified only if some test fails before the fix and passes after it, and a run of
+        # exactly those recorded tests (what scores every rollout) tells the fix from no fix
+        results["fail_to_pass"] = runs.fail_to_pass_gate()
+        if results["fail_to_pass"]["ok"]:
+            selected = harness.selecting(runs.recorded_ids())
+            results["selected"] = runs.selected_gate(
+                {kind: _gate_trial(ctx, bundle, kind, provider, selected, f"{kind}-selected", gate_hash_seed(0))
+                 for kind in ("reference", "empty")})
+    from sweep.harbor.gates import gates_passed
+    passed, not_ok = gates_passed(results)       # the one gate rule, the one the oracle reviewer applies too
     evidence = GatesEvidence(bundle_sha256=sha, revision=revision, repeats=repeats, passed=passed, gates=results,
                              hash_seeds=[gate_hash_seed(i) for i in range(repeats)],
                              environment_fidelity=provider.environment_fidelity if not problems else "host",
                              image=_image_identity(provider) if not problems else None, at=time.time(),
                              isolation=provider.isolation if not problems else None)
-    write_json(ctx.evidence_path("gates", revision), evidence.to_json())
+    write_json(ctx.evidence_path("gates", revision), evidence.for_disk())
     if not passed:
-        failed = [f"gate {name}: {r.get('detail') or r.get('rewards')}" for name, r in results.items() if not r["ok"]]
-        return _repair_or_end(ctx, "gates", failed)
-    return Phase.review, {"passed": True, "bundle_sha256": sha, "revision": revision}
+        failed = [f"gate {name}: {results[name].get('detail') or results[name].get('rewards')}" for name in not_ok]
+        return _repair_or_end(ctx, "gates", failed,
+                              reason=EndReason.passes_before_fix if passes_before_fix(results) else None)
+    return _after(ctx, Phase.gates), GatesCheckpoint(passed=True, bundle_sha256=sha, revision=revision)
 
 
-def review(ctx: Ctx):
+def _mutant_probes(bundle: Path, limit: int) -> tuple[list, str]:
+    """The bundle's mechanical mutants as wrong-solution probes, and a note when there are none."""
+    from sweep.harbor import layout
+    from sweep.quality.mutants import PatchProblem, derive_mutants
+    from sweep.quality.probes import WRONG, Probe, applies_to
+    if limit <= 0:
+        return [], "quality.max_mutants = 0: no mutants"
+    patch = bundle / layout.SOLUTION_PATCH
+    if not patch.is_file() or patch.is_symlink():
+        return [], "the bundle has no solution/solution.patch to derive mutants from"
+    try:
+        mutants = derive_mutants(patch.read_bytes(), limit=limit, accept=applies_to(bundle / layout.ENV_REPO))
+    except PatchProblem as exc:
+        return [], f"solution/solution.patch is not a unified diff sweep can rewrite: {exc}"
+    probes = [Probe(name=f"mutant-{i + 1:02d}", kind=WRONG, focus=m.kind, rationale=m.description, patch=m.patch,
+                    origin="mutant", mutant_kind=m.kind, path=m.path or None, line=m.line)
+              for i, m in enumerate(mutants)]
+    return probes, "" if probes else "no mutant of the reference patch applies to the base"
+
+
+def _run_probes(ctx: Ctx, bundle: Path, candidates: list, provider: Provider, tag: str) -> list[dict]:
+    """Each probe through the trial runner with the gates' repeats; their evidence records."""
+    from sweep.quality.probes import run_probe
+    records = []
+    for i, probe in enumerate(candidates):
+        try:
+            outcome = run_probe(bundle, probe, provider=provider, workdir=fresh_dir(ctx.paths.work / f"{tag}-{i}"),
+                                repeats=_options(ctx).quality.gate_repeats, timeout_s=TRIAL_TIMEOUT_S,
+                                limits=_limits(ctx), env_for_repeat=lambda k: {"PYTHONHASHSEED": str(gate_hash_seed(k))})
+        except ProviderError as exc:       # the remote provider's trouble, never the task's verdict
+            raise _provider_trouble(ctx, "gates", provider.name, exc) from None
+        records.append(outcome.as_evidence())
+    return records
+
+
+def _proposed_probes_fail(ctx: Ctx, verdict: ReviewVerdict, probes_read: ProbesEvidence | None,
+                          revision: int) -> list[str]:
+    """The probes the reviewer's verdict proposes (at most `quality.max_probes`; more is an invalid
+    output), run like the mutants and added to this revision's probe evidence (where the next
+    review reads them); findings for each the tests did not treat as its kind requires."""
+    from sweep.quality.probes import ProbeListProblem, proposed_probes
+    try:
+        proposed = proposed_probes((verdict.model_extra or {}).get("probes"), _options(ctx).quality.max_probes)
+    except ProbeListProblem as exc:
+        raise AttemptFailed(f"reviewer output: {exc}") from None
+    if not proposed or probes_read is None:
+        return []
+    try:
+        provider = _trial_provider(ctx, "gates")
+    except TaskImageProblem as exc:
+        raise AttemptFailed(f"the task's image: {exc}") from None
+    records = [ProbeRecord.model_validate(r)
+               for r in _run_probes(ctx, ctx.paths.task, proposed, provider, f"review-probes-r{revision:04d}")]
+    kept = [p for p in probes_read.probes if p.origin != "reviewer"]      # a rerun review replaces them
+    ev = probes_read.model_copy(update={"probes": kept + records, "passed": probes_read.passed and all(
+        r.outcome in ("killed", "accepted") for r in records)})
+    write_json(ctx.evidence_path("probes", revision), ev.for_disk())
+    ctx.event("probes", phase=Phase.review.value, detail="reviewer probes: " + ", ".join(
+        f"{r.name} {r.kind} {r.outcome}" for r in records)[:400])
+    return [(_weak_test_finding(r) if r.kind == "wrong_solution" else
+             f"the tests rejected the valid alternative {r.name} ({r.rationale}), rewards {r.rewards}:\n{r.diff[:1500]}")
+            for r in records if r.outcome in ("survived", "rejected")]
+
+
+def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
+    """Wrong solutions the tests must reject (and valid alternatives they must accept), run like the
+    gates: the mechanical mutants of the reference patch, for every task, with no model."""
+    from sweep.harbor.bundle import bundle_sha256
+    bundle = ctx.paths.task
+    sha = bundle_sha256(bundle)
+    revision = _checkpoints(ctx).author_revision
+    quality = _options(ctx).quality
+    candidates, note = _mutant_probes(bundle, quality.max_mutants)
+    try:
+        provider = _trial_provider(ctx, "gates")
+    except TaskImageProblem as exc:
+        raise AttemptFailed(f"the task's image: {exc}") from None
+    records = _run_probes(ctx, bundle, candidates, provider, f"probes-r{revision:04d}")
+    ran = [r for r in records if r["outcome"] != "not_applicable"]
+    mutants = [r for r in ran if r["origin"] == "mutant"]
+    mutation = MutationScore(derived=len(candidates), run=len(mutants),
+                             killed=sum(r["outcome"] == "killed" for r in mutants),
+                             survived=[r["name"] for r in mutants if r["outcome"] == "survived"], note=note)
+    evidence = ProbesEvidence(bundle_sha256=sha, revision=revision, repeats=quality.gate_repeats,
+                              mode=quality.mutants, mutation=mutation,
+                              probes=[ProbeRecord.model_validate(r) for r in records],
+                              passed=all(r["outcome"] in ("killed", "accepted") for r in ran), at=time.time())
+    write_json(ctx.evidence_path("probes", revision), evidence.for_disk())
+    survivors = evidence.survivors()
+    summary = ProbesCheckpoint(passed=evidence.passed, bundle_sha256=sha, revision=revision,
+                               mutation_score=mutation.score, killed=mutation.killed, run=mutation.run,
+                               survived=len(survivors))
+    ctx.event("probes", phase=Phase.probes.value,
+              detail=f"mutants killed {mutation.killed}/{mutation.run}" + (f"; survived: {', '.join(mutation.survived)}"
+                                                                         if mutation.survived else ""))
+    from sweep.runtimes.facts import facts_of
+    if survivors and quality.mutants == "enforce" and facts_of(_options(ctx).runtimes.reviewer).mechanical:
+        # the oracle reviewer cannot judge a mutant equivalent: a wrong solution the tests accept
+        # means the tests do not discriminate, and no mechanical repair can strengthen them
+        shown = "; ".join(f"{p.name} ({p.rationale})" for p in survivors[:5])
+        # the phase is finished (its evidence is written): its checkpoint says so, and status shows the score
+        ctx.save(checkpoints={**ctx.record.checkpoints, Phase.probes.value: {**summary.to_json(), "at": time.time()}})
+        raise Ending(Outcome.generated_unverified, EndReason.weak_tests,
+                     f"the tests accepted {len(survivors)} of {mutation.run} wrong solutions derived from the "
+                     f"reference patch (mutation score {mutation.killed}/{mutation.run}): {shown}"[:500])
+    return _after(ctx, Phase.probes), summary
+
+
+def review(ctx: Ctx) -> tuple[str, Checkpoint]:
     from sweep.harbor.bundle import bundle_sha256
     bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
@@ -517,29 +827,32 @@ def review(ctx: Ctx):
     except StateError as exc:
         raise AttemptFailed(str(exc)) from None
     gates_evidence = {"gates": {k: g.to_json() for k, g in gates_read.gates.items()}} if gates_read else {}
-    import orjson
     workspace = fresh_dir(ctx.paths.work / f"review-r{revision:04d}")
     copy_tree(bundle, workspace / "task")
-    prompt = ("# Review this task bundle\n\nThe bundle is in `task/`. The controller's gate results:\n\n"
-              + orjson.dumps(gates_evidence.get("gates", {}), option=orjson.OPT_INDENT_2).decode() + "\n")
-    result = _session(ctx, "reviewer", workspace, prompt,
-                      {"gates": gates_evidence.get("gates", {}), "bundle_dir": str(workspace / "task"),
-                       "bundle_sha256": sha})
-    if not result.ok:
-        raise AttemptFailed(f"reviewer session {result.status}: {result.reason or ''} {result.evidence[:300]}")
-    try:
-        verdict = ReviewVerdict.model_validate(result.structured_output or {})
-    except ValidationError as exc:
-        raise AttemptFailed(f"reviewer output: {describe_validation_error(exc)}") from None
+    probes_read = _probes_evidence(ctx, revision)
+    probes_input = _probes_for_reviewer(probes_read)
+    prompt = _review_prompt(ctx, gates_evidence.get("gates", {}), probes_read)
+    verdict = _reviewer_verdict(ctx, workspace, prompt,
+                                {"gates": gates_evidence.get("gates", {}), "bundle_dir": str(workspace / "task"),
+                                 "bundle_sha256": sha, "probes": probes_input}, probes_read)
     decision = verdict.verdict
-    findings = [str(f) for f in verdict.findings][:20]
+    from sweep.quality.review import finding_text
+    findings = [finding_text(f) for f in verdict.findings][:20]
     write_json(ctx.evidence_path("review", revision),
                ReviewEvidence(bundle_sha256=sha, gates_bundle_sha256=gates_cp.bundle_sha256 if gates_cp else None,
-                              verdict=verdict, at=time.time()).to_json())
+                              verdict=verdict, at=time.time()).for_disk())
+    failed = _proposed_probes_fail(ctx, verdict, probes_read, revision)
+    if failed:
+        return _repair_or_end(ctx, "review", failed, reason=EndReason.weak_tests)
+    survivors = [p for p in probes_read.survivors() if p.origin == "mutant"] \
+        if probes_read and probes_read.mode == "enforce" else []
+    if decision == "accept" and survivors:
+        judged = _mutant_judgements(verdict)
+        weak = [p for p in survivors if judged.get(p.name, ("", ""))[0] == "weak_tests"]
+        if weak:
+            return _repair_or_end(ctx, "review", [_weak_test_finding(p) for p in weak], reason=EndReason.weak_tests)
     if decision == "accept":
-        quality = _options(ctx).quality
-        nxt = Phase.solve if quality.run_rollout and quality.rollouts > 0 else Phase.evaluate
-        return nxt, {"verdict": "accept", "bundle_sha256": sha, "revision": revision}
+        return _after(ctx, Phase.review), ReviewCheckpoint(verdict="accept", bundle_sha256=sha, revision=revision)
     if decision == "revise":
         return _repair_or_end(ctx, "review", findings or [verdict.rationale if "rationale" in verdict.model_fields_set
                                                           else "reviewer asked for a revision"])
@@ -549,26 +862,199 @@ def review(ctx: Ctx):
     raise AttemptFailed(f"reviewer verdict {decision!r} is not accept/revise/reject")
 
 
-def solve(ctx: Ctx):
+def _review_prompt(ctx: Ctx, gates: dict, probes: ProbesEvidence | None) -> str:
+    """The reviewer's prompt: the PR (title, body, diff bounded as the author's is; untrusted text,
+    fenced as data), the gate results with FAIL_TO_PASS / PASS_TO_PASS, the probes, the citation rule."""
+    from sweep.quality.review import CITATION_RULE, gates_section, pr_section
+    src = _source(ctx)
+    diff = _pr_diff(src, ctx.campaign.settings.limits.prompt_diff_kb * 1024)
+    return ("# Review this task bundle\n\nThe bundle is in `task/`.\n\n" + pr_section(src.title, src.body, diff)
+            + "\n" + gates_section(gates) + _probes_prompt(probes) + "\n## Your answer\n\n" + CITATION_RULE + "\n")
+
+
+def _reviewer_verdict(ctx: Ctx, workspace: Path, prompt: str, inputs: dict,
+                      probes: ProbesEvidence | None) -> ReviewVerdict:
+    """The reviewer's verdict, checked. An invalid output (none, one its schema or sweep refuses, an
+    accept that leaves a surviving mutant unjudged) and a blocking finding whose citation is not in
+    the bundle each get one correction round: the session runs again on its prompt with the errors
+    so far appended. The same kind of error again is a failed attempt (the plan has no escalation
+    runtime). A crash between rounds reruns the phase from its first round: nothing was checkpointed."""
+    from sweep.quality.review import fenced
+    corrected: list[str] = []
+    text = prompt
+    while True:
+        result = _session(ctx, "reviewer", workspace, text, inputs)
+        kind, error, verdict = _verdict_problem(ctx, result, probes)
+        if verdict is not None:
+            return verdict
+        if kind in corrected:
+            raise AttemptFailed(f"{error} (again after a correction round)"[:1000])
+        corrected.append(kind)
+        ctx.event("review_correction", phase=Phase.review.value, detail=f"{kind}: {error}"[:500])
+        text = (text + f"\n## Your previous answer was refused ({kind})\n\n" + fenced(error, "text")
+                + "\n\nAnswer again, in full, with this put right: it is your one correction round for it.\n")
+
+
+# a judge session that ran and answered, but not with a usable structured output: the command
+# runtime's unreadable output file, claude's exhausted structured-output retries, sweep's own check
+# of the output against the role's schema (sweep/runtimes/session.py)
+INVALID_OUTPUT_REASONS = frozenset({"bad_output", "no_structured_output", "schema_mismatch"})
+
+
+def _verdict_problem(ctx: Ctx, result, probes: ProbesEvidence | None) -> tuple[str, str, ReviewVerdict | None]:
+    """(kind, error, None) for an answer that gets a correction round, ("", "", verdict) for a good
+    one; a session that failed otherwise (timeout, crash, a bound) is a failed attempt at once."""
+    if not result.ok:
+        if result.reason in INVALID_OUTPUT_REASONS:
+            return "invalid output", f"reviewer output: {result.evidence[:1500]}", None
+        raise AttemptFailed(f"reviewer session {result.status}: {result.reason or ''} {result.evidence[:300]}")
+    try:
+        verdict = ReviewVerdict.model_validate(result.structured_output or {})
+    except ValidationError as exc:
+        return "invalid output", f"reviewer output: {describe_validation_error(exc)}", None
+    if verdict.verdict not in ("accept", "revise", "reject"):
+        return "invalid output", f"reviewer verdict {verdict.verdict!r} is not accept/revise/reject", None
+    survivors = probes.survivors() if probes and probes.mode == "enforce" else []
+    judged = _mutant_judgements(verdict)
+    unjudged = [p.name for p in survivors if p.name not in judged
+                or (judged[p.name][0] == "equivalent" and not judged[p.name][1].strip())]
+    if verdict.verdict == "accept" and unjudged:
+        return "invalid output", ("the reviewer accepted without judging each surviving mutant equivalent (with a "
+                                  f"reason) or weak_tests: {', '.join(unjudged)}"), None
+    from sweep.runtimes.facts import facts_of
+    if verdict.verdict != "accept" and not facts_of(_options(ctx).runtimes.reviewer).mechanical:
+        from sweep.quality.review import citation_problems
+        problems = (citation_problems(ctx.paths.task, verdict.findings) if verdict.findings
+                    else [f"a {verdict.verdict} must list its findings, each citing the bundle"])
+        if problems:
+            return "mis-cited finding", "; ".join(problems)[:1500], None
+    return "", "", verdict
+
+
+def _probes_evidence(ctx: Ctx, revision: int) -> ProbesEvidence | None:
+    try:
+        return read_evidence(ctx.paths.evidence_file("probes", revision), ProbesEvidence)
+    except StateError as exc:
+        raise AttemptFailed(str(exc)) from None
+
+
+def _probes_for_reviewer(ev: ProbesEvidence | None) -> dict:
+    if ev is None:
+        return {}
+    return {"mode": ev.mode, "mutation": {**ev.mutation.to_json(), "score": ev.mutation.score},
+            "probes": [{k: v for k, v in p.to_json().items() if k != "diff" or p.outcome != "killed"}
+                       for p in ev.probes]}
+
+
+def _probes_prompt(ev: ProbesEvidence | None) -> str:
+    if ev is None:
+        return ""
+    m = ev.mutation
+    text = ["", "## Probes", "", f"Wrong solutions derived mechanically from the reference patch: {m.killed} of "
+            f"{m.run} rejected by the tests (mutation score)." + (f" {m.note}" if m.note else "")]
+    survivors = ev.survivors()
+    if survivors:
+        text += ["", "These wrong solutions were ACCEPTED by the tests. For each, judge it in the verdict's "
+                 "`mutants` list: `equivalent` (it behaves exactly like the reference; give the reason) or "
+                 "`weak_tests` (the tests should reject it: the author will strengthen them)."]
+        for p in survivors:
+            text += ["", f"### {p.name}: {p.rationale}", "```diff", p.diff.rstrip("\n"), "```"]
+    return "\n".join(text) + "\n"
+
+
+def _mutant_judgements(verdict: ReviewVerdict) -> dict[str, tuple[str, str]]:
+    """name -> (judgement, reason) from the verdict's `mutants` list (roles/reviewer.toml)."""
+    out: dict[str, tuple[str, str]] = {}
+    for item in (verdict.model_extra or {}).get("mutants") or []:
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            out[item["name"]] = (str(item.get("judgement") or ""), str(item.get("reason") or ""))
+    return out
+
+
+def _weak_test_finding(p: ProbeRecord) -> str:
+    return (f"weak tests: the wrong solution {p.name} ({p.rationale}) scored {p.rewards}; strengthen the tests so "
+            f"they reject it:\n{p.diff[:1500]}")
+
+
+def _probes_ok(ctx: Ctx, cps: Checkpoints, sha: str) -> tuple[bool, str]:
+    """Every wrong-solution probe scored 0 and every valid alternative 1, for this bundle; a
+    surviving mutant passes only under `quality.mutants = "report"` or when the accepted review
+    of this bundle judged it equivalent with a reason."""
+    if cps.probes is None or cps.probes.bundle_sha256 != sha:
+        return False, f"probes not run for the current bundle {sha[:12]}"
+    ev = _probes_evidence(ctx, cps.author_revision)
+    if ev is None or ev.bundle_sha256 != sha:
+        return False, f"no probe evidence for the current bundle {sha[:12]}"
+    rejected = ev.rejected_alternatives()
+    if rejected:
+        return False, "the tests rejected valid alternatives: " + ", ".join(p.name for p in rejected)
+    proposed = [p.name for p in ev.survivors() if p.origin != "mutant"]
+    if proposed:        # a wrong solution the reviewer proposed binds whatever quality.mutants says
+        return False, "the tests accepted wrong solutions the reviewer proposed: " + ", ".join(proposed)
+    survivors = ev.survivors() if ev.mode == "enforce" else []
+    if survivors:
+        try:
+            review = read_evidence(ctx.paths.evidence_file("review", cps.author_revision), ReviewEvidence)
+        except StateError as exc:
+            raise AttemptFailed(str(exc)) from None
+        judged = _mutant_judgements(review.verdict) if review and review.bundle_sha256 == sha else {}
+        open_ = [p.name for p in survivors if judged.get(p.name, ("", ""))[0] != "equivalent"
+                 or not judged[p.name][1].strip()]
+        if open_:
+            return False, "the tests accepted wrong solutions: " + ", ".join(open_)
+    return True, ""
+
+
+def _end_if_rollouts_block(ctx: Ctx, cps: Checkpoints) -> None:
+    """The judged rollouts of the current bundle: a reward_hack or task_defect label ends the run
+    with that cause; rollouts that all scored 0 end it `unsolved` unless the plan allows that."""
+    try:
+        ev = read_evidence(ctx.paths.evidence_file("solve", cps.author_revision), SolveEvidence)
+    except StateError as exc:
+        raise AttemptFailed(str(exc)) from None
+    if ev is None:
+        raise Ending(Outcome.generated_unverified, EndReason.evidence_incomplete, "the solve evidence is missing")
+    for label, reason in (("reward_hack", EndReason.reward_hack), ("task_defect", EndReason.task_defect)):
+        hit = [r for r in ev.rollouts if r.label == label]
+        if hit:
+            raise Ending(Outcome.generated_unverified, reason,
+                         f"rollout {hit[0].rollout} judged {label}: {hit[0].label_reason}"[:500])
+    if ev.rollouts and not any(r.reward == 1.0 for r in ev.rollouts) and not _options(ctx).quality.allow_unsolved:
+        raise Ending(Outcome.generated_unverified, EndReason.unsolved,
+                     f"no rollout of {len(ev.rollouts)} scored 1 (solve rate 0; the plan does not set "
+                     "quality.allow_unsolved)")
+
+
+def solve(ctx: Ctx) -> tuple[str, Checkpoint]:
     from sweep.harbor.bundle import bundle_sha256
     from sweep.harbor.trial import run_trial
     bundle = ctx.paths.task
     sha = bundle_sha256(bundle)
     revision = _checkpoints(ctx).author_revision
     opts = _options(ctx)
+    from sweep.harbor import layout
+    from sweep.quality.rollouts import oracle_label, pass_at_k, solve_rate, tampered_paths
     instruction = (bundle / "instruction.md").read_text(errors="replace")
-    rewards = []
+    listed = bundle / layout.TEST_FILES
+    test_files = listed.read_text(errors="replace").splitlines() if listed.is_file() and not listed.is_symlink() else []
+    rewards: list[dict[str, Any]] = []
+    harness = _task_harness(ctx, revision)
     for k in range(opts.quality.rollouts):
         workspace = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}")
         copy_tree(bundle / "environment" / "repo", workspace / "repo")
         # blind: the solver sees the instruction and the starting repository, never the tests or
         # the reference solution (the oracle control is the one exception: it IS the reference)
-        inputs = {"reference_solution": str(bundle / "solution")} if opts.runtimes.solver == "oracle" else {}
+        from sweep.runtimes.facts import facts_of
+        control = facts_of(opts.runtimes.solver).reference_solution
+        inputs = {"reference_solution": str(bundle / "solution")} if control else {}
         result = _session(ctx, "solver", workspace, instruction, inputs)
         _redact_changed(workspace, result.changed_paths)     # the solver's repo stays in the run dir
         if not result.ok:
-            rewards.append({"rollout": k, "reward": None, "session": result.status,
-                            "detail": (result.reason or result.evidence)[:200]})
+            if not ended_by_a_bound(result):
+                _rollout_never_ran(ctx, k, result)
+            # the solver ran and was stopped by one of its bounds: it did not solve the task
+            rewards.append({"rollout": k, "reward": 0.0, "session": result.status,
+                            "detail": (result.reason or result.evidence)[:200], "tampered": []})
             continue
         trial_dir = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}-trial")
         try:
@@ -577,19 +1063,55 @@ def solve(ctx: Ctx):
             raise AttemptFailed(f"the task's image: {exc}") from None
         try:
             trial = run_trial(bundle, workspace / "repo", provider=runner, workdir=trial_dir,
-                              timeout_s=TRIAL_TIMEOUT_S, limits=_limits(ctx))
+                              timeout_s=TRIAL_TIMEOUT_S, limits=_limits(ctx), harness=harness)
         except ProviderError as exc:
             raise _provider_trouble(ctx, "solver", runner.name, exc) from None
         shutil.rmtree(trial_dir, ignore_errors=True)
-        rewards.append({"rollout": k, "reward": trial.reward, "session": "ok", "detail": trial.detail[:200],
-                        "environment_fidelity": trial.environment_fidelity})
-    evidence = SolveEvidence.model_validate({"bundle_sha256": sha, "runtime": opts.runtimes.solver,
-                                             "rollouts": rewards, "at": time.time()})
-    write_json(ctx.evidence_path("solve", revision), evidence.to_json())
-    return Phase.evaluate, {"bundle_sha256": sha, "rewards": [r["reward"] for r in rewards]}
+        changed = [p[len("repo/"):] for p in result.changed_paths if p.startswith("repo/")]
+        # a trial that could not score the solver's repository (its test output hit a bound) did
+        # not see it pass: 0, with the trial's reason
+        rewards.append({"rollout": k, "reward": 0.0 if trial.reward is None else trial.reward, "session": "ok",
+                        "detail": trial.detail[:200],
+                        "environment_fidelity": trial.environment_fidelity,
+                        "tampered": tampered_paths(changed, test_files)})
+    for r in rewards:
+        label, why = oracle_label(reward=r["reward"], session_ok=r["session"] == "ok",
+                                  reference_control=control, tampered=r.pop("tampered", []))
+        r.update(label=label, label_reason=why, labelled_by="oracle rules")
+    scores = [r["reward"] for r in rewards]
+    solved = sum(1 for s in scores if s == 1.0)
+    evidence = SolveEvidence.model_validate({
+        "bundle_sha256": sha, "runtime": opts.runtimes.solver, "rollouts": rewards, "solve_rate": solve_rate(scores),
+        "pass_at_k": {str(k): pass_at_k(len(scores), solved, k) for k in range(1, len(scores) + 1)},
+        "at": time.time()})
+    write_json(ctx.evidence_path("solve", revision), evidence.for_disk())
+    labels = [r["label"] for r in rewards]
+    return _after(ctx, Phase.solve), SolveCheckpoint(
+        bundle_sha256=sha, rewards=scores, rollouts=len(scores), solved=solved, solve_rate=evidence.solve_rate,
+        labels={lb: labels.count(lb) for lb in sorted(set(labels))})
 
 
-def evaluate(ctx: Ctx):
+def ended_by_a_bound(result) -> bool:
+    """A session stopped by one of its own bounds (walltime, turns, cost, a resource bound, an
+    out-of-scope write, an unsafe workspace): the agent ran and did not finish in its bounds."""
+    reason = result.reason or ""
+    return reason in BOUND_REASONS or reason.startswith("limit_")
+
+
+BOUND_REASONS = frozenset({"walltime", "max_turns", "max_budget", "out_of_scope_write", "unsafe_workspace"})
+
+
+def _rollout_never_ran(ctx: Ctx, k: int, result) -> NoReturn:
+    """A solver session that failed before producing a result (the CLI could not start or crashed,
+    a config or parse failure) is no evidence of the task's difficulty: the run spends an attempt
+    and tries again, and on its last attempt ends unverified, never verified on a missing reward."""
+    detail = f"solver rollout {k} could not run ({result.failure_class}: {result.reason}): {result.evidence}"[:500]
+    if ctx.record.attempts + 1 >= ctx.record.max_attempts:
+        raise Ending(Outcome.generated_unverified, EndReason.insufficient_evidence, detail)
+    raise AttemptFailed(detail)
+
+
+def evaluate(ctx: Ctx) -> NoReturn:
     from sweep.harbor.bundle import bundle_sha256
     cps = _checkpoints(ctx)
     bundle = ctx.paths.task
@@ -600,12 +1122,24 @@ def evaluate(ctx: Ctx):
     gates_ok = cps.gates is not None and cps.gates.passed is True and cps.gates.bundle_sha256 == sha
     review_ok = cps.review is not None and cps.review.verdict == "accept" and cps.review.bundle_sha256 == sha
     solve_sha = cps.solve.bundle_sha256 if cps.solve else None
-    if gates_ok and review_ok and solve_sha in (None, sha):
-        raise Ending(Outcome.verified, None, f"gates passed and review accepted for bundle {sha[:12]}")
-    missing = [name for name, ok in (("gates", gates_ok), ("review", review_ok)) if not ok]
+    unscored = [i for i, r in enumerate(getattr(cps.solve, "rewards", None) or []) if r is None] if cps.solve else []
+    if unscored:     # written by an older sweep, or a bug: a rollout without a reward is no evidence
+        raise Ending(Outcome.generated_unverified, EndReason.insufficient_evidence,
+                     f"solver rollout(s) {unscored} have no reward")
+    _end_if_quality_spent(ctx)        # also after a controller killed between settling and ending
+    probes_ok, probes_why = _probes_ok(ctx, cps, sha)
+    if gates_ok and review_ok and probes_ok and solve_sha == sha:
+        _end_if_rollouts_block(ctx, cps)
+    if gates_ok and review_ok and probes_ok and solve_sha in (None, sha):
+        score = cps.probes.mutation_score if cps.probes else None
+        solved = cps.solve.solved if cps.solve else None
+        raise Ending(Outcome.verified, None, "gates passed, probes as required"
+                     + (f" (mutants killed {cps.probes.killed}/{cps.probes.run})" if score is not None and cps.probes
+                        else "") + f", review accepted for bundle {sha[:12]}"
+                     + (f", rollouts solved {solved}/{cps.solve.rollouts}" if solved is not None and cps.solve else ""))
+    if gates_ok and review_ok and cps.probes is not None and cps.probes.bundle_sha256 == sha:
+        raise Ending(Outcome.generated_unverified, EndReason.weak_tests, probes_why)
+    missing = [name for name, ok in (("gates", gates_ok), ("review", review_ok), ("probes", probes_ok)) if not ok]
     raise Ending(Outcome.generated_unverified, EndReason.evidence_incomplete,
                  f"{', '.join(missing)} not passed for the current bundle {sha[:12]}")
 
-
-RUNNERS = {Phase.intake: intake, Phase.author: author, Phase.gates: gates, Phase.review: review,
-           Phase.solve: solve, Phase.evaluate: evaluate}

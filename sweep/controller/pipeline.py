@@ -6,19 +6,25 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from runstate.errors import SweepError
 from runstate.lease import LeaseLost, hand_over_lease, heartbeat_lease, read_lease, release_lease
 from runstate.markers import is_draining, stamp_outage, stamp_provider
-from runstate.models import Cooldown, EndReason, Outcome, Phase, RunRecord, RunState, truncate, validate_run_id
+from runstate.checkpoints import EvaluateCheckpoint
+from runstate.models import Cooldown, EndReason, Outcome, RunRecord, RunState, truncate, validate_run_id
+from runstate.phases import PHASE_TABLE, validate_phase
 from runstate.runs import load_record
 from sweep import proc
 from sweep.campaign import Campaign, load_candidate
 from sweep.redact import Redactor
 from sweep.controller.budget import Budget
 from sweep.controller.context import AttemptFailed, Ctx, Ending, ExitCode, Interrupted, Park
+
+if TYPE_CHECKING:
+    from sweep.scheduler.base import SchedulerBackend
 
 RECORD_WAIT_S = 300          # how long a job waits for the tick (or the next tick) to record it
 
@@ -111,7 +117,7 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
         # as the exception unwinds) must see a workspace nothing is writing to any more.
         stopped = stop_child_groups()
         if stopped:
-            ctx.event("session_stopped", phase=ctx.record.phase.value,
+            ctx.event("session_stopped", phase=ctx.record.phase,
                       detail=f"{ctx.stop_reason}: stopped process group(s) " + ", ".join(map(str, stopped)))
         raise Interrupted(ctx.stop_reason)
 
@@ -125,7 +131,7 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
     hb = Heartbeat(ctx, campaign.settings.tick.heartbeat_s)
     hb.start()
     import sweep
-    ctx.say(f"job {job_id} starts at phase {record.phase.value} (attempt {record.attempts + 1}/{record.max_attempts}); "
+    ctx.say(f"job {job_id} starts at phase {record.phase} (attempt {record.attempts + 1}/{record.max_attempts}); "
             f"runtime {runtime_sha[:16] if runtime_sha else 'not frozen'}, sweep from {Path(sweep.__file__).parent}")
     try:
         return _run_phases(ctx)
@@ -154,31 +160,32 @@ def _run_phases(ctx: Ctx) -> int:
             phases._provider(ctx)      # probe the sandbox at every start: park now, not mid-phase
             while True:
                 phase = ctx.record.phase
-                if phase is not Phase.evaluate and is_draining(ctx.campaign.dir):
+                if phase != PHASE_TABLE.names[-1] and is_draining(ctx.campaign.dir):
                     return _stop_at_checkpoint(ctx, "drain requested")
-                ctx.event("phase_started", phase=phase.value)
-                ctx.say(f"phase {phase.value}")
-                next_phase, summary = phases.RUNNERS[phase](ctx)
-                checkpoints = {**ctx.record.checkpoints, phase.value: {**summary, "at": time.time()}}
-                ctx.save(phase=next_phase, checkpoints=checkpoints)
-                ctx.event("phase_done", phase=phase.value, detail=truncate(orjson.dumps(summary).decode(), 400))
+                ctx.event("phase_started", phase=phase)
+                ctx.say(f"phase {phase}")
+                next_phase, checkpoint = phases.runner(phase)(ctx)
+                summary = checkpoint.to_json()
+                checkpoints = {**ctx.record.checkpoints, phase: {**summary, "at": time.time()}}
+                ctx.save(phase=validate_phase(next_phase), checkpoints=checkpoints)
+                ctx.event("phase_done", phase=phase, detail=truncate(orjson.dumps(summary).decode(), 400))
         except Ending as end:
             return _end(ctx, end)
         except Park as park:
             return _park(ctx, park)
         except AttemptFailed as failed:
-            return _fail(ctx, failed.detail)
+            return _fail(ctx, failed.detail, cause=failed.cause)
         except (Interrupted, LeaseLost):
             raise
         except Exception as exc:
             # a bug or an unforeseen failure: written on the run (type, message, phase) before the
             # job exits, never left for the tick to report as "job vanished"
             import traceback
-            phase_name = ctx.record.phase.value
+            phase_name = ctx.record.phase
             what = f"unexpected {type(exc).__name__} in phase {phase_name}: {exc}"
             tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
             ctx.event("phase_error", phase=phase_name, detail=truncate(f"{what}\n{tail}", 1800))
-            return _fail(ctx, truncate(what, 500))
+            return _fail(ctx, truncate(what, 500), cause="unexpected_error")
     except Interrupted:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)     # finish the checkpoint undisturbed
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
@@ -195,17 +202,48 @@ def _release(ctx: Ctx) -> None:
     release_lease(ctx.paths.dir, token=ctx.token)
 
 
+def _note_breaker(ctx: Ctx, cause: str | None, detail: str, *, at_once: bool = False) -> None:
+    """Tell the circuit breaker (runstate/breaker.py); it is a safety net, so a failure to write it
+    is reported as an event and never stops the ending or the attempt being recorded. `at_once`:
+    a park for the campaign's set-up (a configuration error, a failed readiness check of the test
+    command on the base checkout) owes nothing to the PR, so one is enough to stop admission."""
+    from runstate.breaker import note_result
+    settings = ctx.campaign.settings.breaker
+    after = min(1, settings.after) if at_once else settings.after
+    try:
+        trip = note_result(ctx.campaign.dir, lane=ctx.record.lane, run_id=ctx.record.run_id, cause=cause,
+                           detail=detail, after=after, causes=settings.causes)
+    except OSError as exc:
+        ctx.event("breaker_unwritten", detail=f"breaker.json not updated: {exc.strerror or exc}")
+        return
+    if trip is not None:
+        ctx.event("breaker_tripped", detail=f"{trip.cause} in lane {trip.lane}: {trip.count} runs in a row "
+                                            f"({', '.join(trip.runs[-5:])}); admission stopped")
+        ctx.say(f"circuit breaker tripped: {trip.cause} ({trip.count} runs in a row in lane {trip.lane})")
+
+
 def _end(ctx: Ctx, end: Ending) -> int:
+    from sweep.controller.causes import cause_of_ending
     from sweep.controller.report import write_report
+    cause: str | None
+    if end.cause is not None:
+        cause, cause_detail = end.cause, " ".join(end.detail.split())[:300]
+    else:
+        cause, cause_detail = cause_of_ending(ctx.paths.dir, end.reason, end.detail, ctx.record.cause)
+    cause_detail = Redactor().scrub(cause_detail)
     spent = ctx.budget.committed
     checkpoints = dict(ctx.record.checkpoints)
-    checkpoints["evaluate"] = {"outcome": end.outcome.value, "reason": end.reason, "at": time.time()}
+    # the ending is the last row's checkpoint, whichever phase raised it
+    checkpoints[PHASE_TABLE.names[-1]] = {**EvaluateCheckpoint(outcome=end.outcome.value, reason=end.reason).to_json(),
+                                          "at": time.time()}
     rec = ctx.save(state=RunState.ended, outcome=end.outcome, reason=end.reason, spent_usd=spent,
-                   checkpoints=checkpoints, last_error=None, hold_reason=None, canary_for=None)
+                   checkpoints=checkpoints, last_error=None, hold_reason=None, canary_for=None,
+                   cause=cause, cause_detail=cause_detail or None)
     write_report(ctx, rec, end.detail)
     ctx.event("ended", from_state="active", to_state="ended",
               detail=f"{end.outcome.value}" + (f":{end.reason}" if end.reason else "")
-              + (f" — {end.detail}" if end.detail else ""))
+              + (f" [{cause}]" if cause else "") + (f" — {end.detail}" if end.detail else ""))
+    _note_breaker(ctx, cause, cause_detail)
     _release(ctx)
     ctx.say(f"ended {end.outcome.value}" + (f" ({end.reason})" if end.reason else ""))
     return ExitCode.ok
@@ -229,57 +267,74 @@ def _park(ctx: Ctx, park: Park) -> int:
     limit = ctx.campaign.settings.parks_per_attempt
     parks[park.role] = 0 if count >= limit else count
     ctx.save(checkpoints={**ctx.record.checkpoints, "parks": parks})
+    from sweep.controller.causes import cause_from_text
+    cause = cause_from_text(park.detail, {"config": "provider_config", "throttle": "throttle"}.get(park.kind, "outage"))
     if count >= limit:
         return _fail(ctx, f"parked {count} times for role {park.role} (parks_per_attempt = {limit}); "
-                          f"counted as an attempt: {park.kind}: {park.detail}")
+                          f"counted as an attempt: {park.kind}: {park.detail}", cause=cause)
     where = f"provider {park.provider}" if park.provider else f"role {park.role}"
     # parked_role stays the role it happened in (a provider park is held by the provider's stamp)
     ctx.save(state=RunState.queued, parked_until=stamp.until, parked_role=park.role, canary_for=None,
-             last_error=truncate(f"{park.kind} in {where}: {park.detail}", 500))
-    ctx.event("parked", from_state="active", to_state="queued", phase=ctx.record.phase.value,
+             last_error=truncate(f"{park.kind} in {where}: {park.detail}", 500),
+             cause=cause, cause_detail=truncate(" ".join(park.detail.split()), 300))
+    if cause in ctx.campaign.settings.breaker.causes:     # a park for the campaign's set-up: at once
+        _note_breaker(ctx, cause, park.detail, at_once=True)
+    ctx.event("parked", from_state="active", to_state="queued", phase=ctx.record.phase,
               detail=f"{park.kind} in {where}; cooldown until {stamp.until:.0f}: {park.detail}")
     _release(ctx)
     ctx.say(f"parked: {park.kind} in role {park.role}; not counted as an attempt")
     return ExitCode.ok
 
 
-def _fail(ctx: Ctx, detail: str) -> int:
+def _fail(ctx: Ctx, detail: str, *, cause: str | None = None) -> int:
+    from sweep.controller.causes import cause_of_failure
     rec = ctx.record
     attempts = rec.attempts + 1
+    cause = cause or cause_of_failure(detail)
     if attempts >= rec.max_attempts:
-        return _end(ctx, Ending(Outcome.blocked, EndReason.max_attempted, detail))
-    ctx.save(state=RunState.queued, attempts=attempts, canary_for=None, last_error=truncate(detail, 500))
-    ctx.event("attempt_failed", from_state="active", to_state="queued", phase=rec.phase.value,
+        return _end(ctx, Ending(Outcome.blocked, EndReason.max_attempted, detail, cause=cause))
+    ctx.save(state=RunState.queued, attempts=attempts, canary_for=None, last_error=truncate(detail, 500),
+             cause=cause, cause_detail=truncate(" ".join(Redactor().scrub(detail).split()), 300))
+    _note_breaker(ctx, cause, detail)
+    ctx.event("attempt_failed", from_state="active", to_state="queued", phase=rec.phase,
               detail=f"attempt {attempts}/{rec.max_attempts}: {detail}")
     _release(ctx)
     ctx.say(f"attempt failed ({attempts}/{rec.max_attempts}): {detail}")
     return ExitCode.ok
 
 
-def _restart_count() -> int:
-    try:
-        return max(0, int(os.environ.get("SLURM_RESTART_COUNT", "0")))
-    except ValueError:
-        return ExitCode.ok
+def _backend(ctx: Ctx) -> SchedulerBackend:
+    from sweep.scheduler import backend
+    return backend(ctx.campaign.settings.scheduler.backend)
+
+
+def _restart_count(ctx: Ctx) -> int:
+    """How many times the scheduler restarted this controller's own job (the scheduler contract:
+    only `ctx.job_id` itself, the job the record and the lease name, matched with this
+    submission's token at start; a count from another job, as a scrontab tick had, is never it)."""
+    return _backend(ctx).job_restart_count(os.environ, ctx.job_id)
 
 
 def establish_stop_cause(ctx: Ctx):
     """Why the scheduler is stopping this job, as far as one bounded question can tell.
 
-    SIGUSR1 is the time-limit warning (sweep asks for nothing else with it). For SIGTERM under
-    Slurm: ONE `scontrol show job $SLURM_JOB_ID` (bounded, see sweep/scheduler/slurm/accounting.py).
-    Elsewhere (the local backend's cancel) a SIGTERM is a cancel. On a lane marked `preemptible`
-    an unanswered scontrol counts as a preemption; otherwise an unknown cause is an attempt.
+    SIGUSR1 is the time-limit warning, unless the scheduler says the job is being preempted: a
+    site with `SlurmctldParameters=preempt_send_user_signal` sends the job's --signal at the
+    preemption instead of waiting out the partition's GraceTime (on a lane with requeue = "slurm"
+    the run then waits for its requeued job, as after a SIGTERM). For SIGTERM, the scheduler
+    contract's `job_stop_cause`: under Slurm ONE `scontrol show job` (bounded), for the local
+    backend a cancel. On a lane marked `preemptible` an unanswered question counts as a
+    preemption; otherwise an unknown cause is an attempt.
     """
-    from sweep.scheduler.slurm.accounting import StopCause, stop_cause
+    from sweep.scheduler.base import StopCause
+    cause = _backend(ctx).job_stop_cause(ctx.job_id, _restart_count(ctx), os.environ)
+    _, lane = ctx.campaign.settings.scheduler.lanes.for_gpus(ctx.record.gpus)
     if ctx.stop_signal == signal.SIGUSR1:
+        if cause.cause in ("preempted", "requeued"):
+            return StopCause("preempted", f"SIGUSR1 at the preemption (preempt_send_user_signal): {cause.detail}",
+                             requeued=cause.requeued or lane.requeue == "slurm")
         return StopCause("time_limit", "SIGUSR1: the time-limit warning (--signal=B:USR1)")
-    slurm_job = os.environ.get("SLURM_JOB_ID")
-    if not slurm_job:
-        return StopCause("cancelled", "SIGTERM outside Slurm (a cancel)")
-    cause = stop_cause(slurm_job, _restart_count())
     if cause.cause == "unknown":
-        _, lane = ctx.campaign.settings.scheduler.lanes.for_gpus(ctx.record.gpus)
         if lane.preemptible:
             return StopCause("preempted", f"{cause.detail}; taken as a preemption on a preemptible lane")
     return cause
@@ -288,7 +343,7 @@ def establish_stop_cause(ctx: Ctx):
 def _stopped_by_signal(ctx: Ctx) -> int:
     """The checkpoint after SIGTERM/SIGUSR1: an interruption (no attempt) or an attempt."""
     cause = establish_stop_cause(ctx)
-    phase = ctx.record.phase.value
+    phase = ctx.record.phase
     ctx.say(f"stopped by {ctx.stop_reason}: {cause.cause} ({cause.detail})")
     if cause.requeued:
         # Slurm reruns this same job id: keep the run active and the lease held for it, and leave
@@ -313,7 +368,7 @@ def _interrupt(ctx: Ctx, cause: str, detail: str) -> int:
                                 f"{cause}: {detail} (interruption {counted['interruptions']} of "
                                 f"{rec.max_interruptions})"))
     ctx.save(state=RunState.queued, canary_for=None, last_error=truncate(f"{cause}: {detail}", 500), **counted)
-    ctx.event("interrupted", from_state="active", to_state="queued", phase=rec.phase.value,
+    ctx.event("interrupted", from_state="active", to_state="queued", phase=rec.phase,
               detail=f"{cause}: {detail}; not counted as an attempt; interruptions "
                      f"{counted['interruptions']}/{rec.max_interruptions}")
     _release(ctx)
@@ -327,7 +382,7 @@ def _count_slurm_requeue(ctx: Ctx) -> int | None:
     interruption of the run: count each restart once, with the cause its controller recorded
     when it was stopped (or `requeued` if it died without a word, e.g. its node failed).
     Returns an exit code when that ends the run (max_interrupted), else None."""
-    restarts = _restart_count()
+    restarts = _restart_count(ctx)
     rec = ctx.record
     if restarts <= rec.slurm_restarts:
         return None
@@ -340,7 +395,7 @@ def _count_slurm_requeue(ctx: Ctx) -> int | None:
         new["interrupted_by"]["requeued"] = new["interrupted_by"].get("requeued", 0) + extra
     detail = f"Slurm requeued job {ctx.job_id} (SLURM_RESTART_COUNT={restarts}; {cause})"
     ctx.save(slurm_restarts=restarts, **new)
-    ctx.event("interrupted", from_state="active", to_state="active", phase=rec.phase.value,
+    ctx.event("interrupted", from_state="active", to_state="active", phase=rec.phase,
               detail=f"{detail}; not counted as an attempt; interruptions "
                      f"{new['interruptions']}/{rec.max_interruptions}")
     if new["interruptions"] >= rec.max_interruptions:
@@ -351,7 +406,7 @@ def _count_slurm_requeue(ctx: Ctx) -> int | None:
 
 def _stop_at_checkpoint(ctx: Ctx, why: str) -> int:
     ctx.save(state=RunState.queued, canary_for=None)
-    ctx.event("stopped", from_state="active", to_state="queued", phase=ctx.record.phase.value, detail=why)
+    ctx.event("stopped", from_state="active", to_state="queued", phase=ctx.record.phase, detail=why)
     _release(ctx)
-    ctx.say(f"stopped at checkpoint before phase {ctx.record.phase.value}: {why}")
+    ctx.say(f"stopped at checkpoint before phase {ctx.record.phase}: {why}")
     return ExitCode.ok

@@ -8,11 +8,44 @@ from runstate.errors import StateError
 from runstate.files import write_atomic
 from runstate.models import RunRecord
 from sweep import textsafe
-from sweep.models.evidence import Checkpoints
+from sweep.models.evidence import Checkpoints, read_evidence
 from sweep.redact import Redactor
 
 if TYPE_CHECKING:
     from sweep.controller.context import Ctx
+
+
+def _latest(ctx: Ctx, kind: str, model):
+    files = sorted(ctx.paths.evidence.glob(f"{kind}-r*.json")) if ctx.paths.evidence.is_dir() else []
+    return read_evidence(files[-1], model) if files else None
+
+
+def _quality_lines(ctx: Ctx) -> list[str]:
+    """Whether the tests discriminate and the task is solvable: the latest probe evidence
+    (mutation score, survivors) and solve evidence (each rollout's label, solve rate, pass@k)."""
+    from sweep.models.evidence import ProbesEvidence, SolveEvidence
+    try:
+        ev, solve = _latest(ctx, "probes", ProbesEvidence), _latest(ctx, "solve", SolveEvidence)
+    except StateError as exc:
+        return ["", "## Quality", f"- {exc}"]
+    lines = ["", "## Quality"] if ev is not None or solve is not None else []
+    if solve is not None and solve.rollouts:
+        solved = sum(1 for r in solve.rollouts if r.reward == 1.0)
+        lines.append(f"- solve rate: {solved}/{len(solve.rollouts)}; "
+                     + ", ".join(f"pass@{k} {v:.2f}" for k, v in sorted(solve.pass_at_k.items(), key=lambda kv: int(kv[0]))))
+        for r in solve.rollouts[:20]:
+            lines.append(f"- rollout {r.rollout}: reward {r.reward}, {r.label or 'unlabelled'}"
+                         + (f" ({r.label_reason})" if r.label_reason else ""))
+    if ev is None:
+        return lines
+    m = ev.mutation
+    lines += [f"- mutation score: {m.killed}/{m.run}" + (f" ({m.score:.2f})" if m.score is not None else "")
+              + (f"; {m.note}" if m.note else "") + f" (bundle {ev.bundle_sha256[:12]}, quality.mutants = {ev.mode})"]
+    for p in ev.survivors()[:20]:
+        lines.append(f"- survived: {p.name} ({p.rationale}), rewards {p.rewards}")
+    for p in ev.rejected_alternatives()[:20]:
+        lines.append(f"- valid alternative rejected: {p.name} ({p.rationale}), rewards {p.rewards}")
+    return lines
 
 
 def write_report(ctx: Ctx, rec: RunRecord, detail: str) -> None:
@@ -22,6 +55,8 @@ def write_report(ctx: Ctx, rec: RunRecord, detail: str) -> None:
         cps, detail = Checkpoints(), f"{detail}\n\n{exc}".strip()
     lines = [f"# {rec.run_id}: {rec.outcome.value if rec.outcome else rec.state.value}"
              + (f" ({rec.reason})" if rec.reason else ""), ""]
+    if rec.cause:                   # the why first (docs/controller.md lists the causes)
+        lines += [f"**Cause: `{rec.cause}`**" + (f" — {rec.cause_detail}" if rec.cause_detail else ""), ""]
     if detail:
         lines += [detail, ""]
     if ctx.campaign.settings.isolation == "none":
@@ -42,6 +77,7 @@ def write_report(ctx: Ctx, rec: RunRecord, detail: str) -> None:
         lines.append(f"- **{name}**: {cp.summary()}")
     if cps.repair is not None:
         lines.append(f"- repairs: {cps.repair.count} (last after {cps.repair.after})")
+    lines += _quality_lines(ctx)
     lines += ["", "## Spend", f"- committed {rec.spent_usd:.4f} USD of allocation "
               f"{'unlimited' if rec.allocation_usd is None else f'{rec.allocation_usd:.2f} USD'}",
               "", f"Attempts: {rec.attempts}/{rec.max_attempts} (failed attempts, as `sweep show` counts them). "
@@ -49,8 +85,9 @@ def write_report(ctx: Ctx, rec: RunRecord, detail: str) -> None:
               + (f" ({', '.join(f'{c} {n}' for c, n in sorted(rec.interrupted_by.items()))})"
                  if rec.interrupted_by else "") + ". "
               f"Written {time.strftime('%Y-%m-%d %H:%M:%S')} by job {rec.job_id}.", "",
-              "Evidence files: `evidence/`; task bundle: `task/`; earlier revisions: `revisions/`; "
-              "sessions: `sessions/`.", ""]
+              "Evidence files: `evidence/`; task bundle: `task/`; "
+              + ("earlier revisions: `revisions/`; " if ctx.paths.revisions.is_dir() else "")
+              + "sessions: `sessions/`.", ""]
     # the detail and summaries carry text from the PR, tests and agents: no control character and
     # no secret reaches a file an operator will `cat`
     redactor = Redactor()

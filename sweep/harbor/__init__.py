@@ -4,9 +4,9 @@ See docs/tasks.md. Light at import: the trial runner and the PR-to-bundle builde
 stdlib and sweep's provider contract.
 """
 from sweep.harbor.bundle import bundle_sha256, validate_bundle
-from sweep.harbor.gates import STANDARD_GATES, gates_passed
+from sweep.harbor.gates import gates_passed
 from sweep.harbor.layout import is_test_path, unsafe_relpath
 from sweep.harbor.trial import TrialResult, read_reward, run_trial
 
 __all__ = ["validate_bundle", "bundle_sha256", "run_trial", "TrialResult", "read_reward",
-           "gates_passed", "STANDARD_GATES", "is_test_path", "unsafe_relpath"]
+           "gates_passed", "is_test_path", "unsafe_relpath"]

@@ -2,8 +2,9 @@
 
 `validate_bundle` is the first gate: it returns every problem it finds (empty = valid) and never
 raises for a bad bundle, because the bundle is an agent's output and a bad one is an ordinary
-outcome. Beyond Harbor's layout it refuses what would be unsafe to copy or run locally: symlinks
-that leave the bundle, device files, and paths with control characters.
+outcome. Beyond Harbor's layout it refuses what would be unsafe to copy or run locally: a link at
+`environment/repo`, `tests`, `solution` or on their path, a symlink whose strict realpath leaves
+the part it sits in (every hop followed), device files, and paths with control characters.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import tomllib
 from pathlib import Path
 
 from sweep.harbor import layout
-from sweep.tree import file_sha256, walk_tree
+from sweep.tree import file_sha256, link_escape, walk_tree
 
 MAX_PROBLEMS = 50
 
@@ -56,6 +57,29 @@ def _check_lists(root: Path, problems: list[str]) -> None:
     command = root / layout.TEST_COMMAND
     if not command.is_file() or not command.read_text(encoding="utf-8", errors="replace").strip():
         problems.append(f"{layout.TEST_COMMAND}: missing or empty (the test command, one argument a line)")
+    workdir = root / layout.TEST_WORKDIR
+    if workdir.is_file():
+        lines = workdir.read_text(encoding="utf-8", errors="replace").splitlines()
+        why = layout.unsafe_relpath(lines[0]) if len(lines) == 1 and lines[0] else "not one relative path"
+        if why:
+            problems.append(f"{layout.TEST_WORKDIR}: {why}")
+
+
+# The parts copied on their own (the trial's repository, /tests, /solution): a link in one must
+# stay in it, since a copy of the part alone resolves the link against wherever the copy sits.
+_PARTS = (layout.ENV_REPO, layout.TESTS, layout.SOLUTION)
+
+
+def _linked_parts(root: Path) -> list[str]:
+    """A link at environment/repo, tests or solution, or on their path: each
+    is copied as a directory, so a link there would copy wherever it points (lstat, never stat)."""
+    problems = []
+    for rel in (layout.ENVIRONMENT, *_PARTS):
+        path = root / rel
+        if path.is_symlink():
+            problems.append(f"{rel}: is a symlink (to {os.readlink(path)!r}); "
+                            "it must be a directory of the bundle itself")
+    return problems
 
 
 def validate_bundle(bundle_dir: str | Path) -> list[str]:
@@ -63,6 +87,8 @@ def validate_bundle(bundle_dir: str | Path) -> list[str]:
     root = Path(bundle_dir)
     if not root.is_dir():
         return [f"{root}: not a directory"]
+    if root.is_symlink():
+        return [f"{root.name}: is a symlink; a bundle must be a directory itself"]
     problems: list[str] = []
     for rel in layout.REQUIRED_DIRS:
         if not (root / rel).is_dir() or (root / rel).is_symlink():
@@ -88,17 +114,20 @@ def validate_bundle(bundle_dir: str | Path) -> list[str]:
     if (root / layout.INSTRUCTION).is_file() and not (root / layout.INSTRUCTION).read_text(
             encoding="utf-8", errors="replace").strip():
         problems.append(f"{layout.INSTRUCTION}: blank")
-    resolved_root = root.resolve()
+    linked = _linked_parts(root)
+    problems += linked
     for rel, st in walk_tree(root):
         why = layout.unsafe_relpath(rel)
         if why:
             problems.append(f"{why}")
             continue
         if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(root / rel)
-            dest = (root / rel).parent.resolve() / target
-            if os.path.isabs(target) or not os.path.normpath(dest).startswith(str(resolved_root) + os.sep):
-                problems.append(f"{rel}: symlink to {target!r} leaves the bundle")
+            if linked:
+                continue      # a part that is itself a link: what lies "under" it is not the bundle's
+            part = next((p for p in _PARTS if rel.startswith(p + "/")), "")
+            why = link_escape(root / rel, root / part if part else root)
+            if why:
+                problems.append(f"{rel}: {why}: it leaves the bundle" + (f"'s {part}/" if part else ""))
         elif not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
             problems.append(f"{rel}: not a regular file or directory")
         if len(problems) >= MAX_PROBLEMS:

@@ -2,13 +2,12 @@
 
 `gates` is a JSON object: gate name -> result, where a result is either a bool or an object with
 at least `ok` (bool) and optionally `detail` (text) and any evidence (rewards, digests).
-The standard gates, in order: `valid` (validate_bundle is empty), `reference` (the reference
-solution scores 1), `empty` (the empty solution scores 0), `repeat` (the same result again).
-The gates passed exactly when there is at least one gate and every gate is ok.
+Which gates there are is the gates phase's (sweep/controller/phases.py, listed in docs/controller.md);
+this module holds only the rule that judges them.
+The gates passed exactly when there is at least one gate and every gate is ok: `gates_passed` is
+that rule's one home (the gates phase and the oracle reviewer both ask it).
 """
 from __future__ import annotations
-
-STANDARD_GATES = ("valid", "reference", "empty", "repeat")
 
 
 def gate_ok(result: object) -> bool:

@@ -7,10 +7,12 @@
         Dockerfile         the image Harbor builds (COPY repo/ /app/); not built by the local provider
         repo/              the repository at the PR's base commit, without .git
       tests/
-        test.sh            the verifier: writes 1 or 0 to $LOGS_DIR/verifier/reward.txt
+        test.sh            sweep's harness (sweep/harbor/harness.py): runs run_argv.txt
         test_files.txt     the PR's test files, one relative path a line (data, never shell)
         deleted_test_files.txt
         test_command.txt   the test command's argv, one element a line
+        test_workdir.txt   optional: the directory (relative to the repository) the command runs in
+        runner.txt, run_argv.txt, run_env.txt, report_paths.txt, helpers: the rest of the harness
         files/<path>       the PR's version of each test file
       solution/
         solve.sh           applies solution.patch to the repository
@@ -34,6 +36,7 @@ TEST_SH = "tests/test.sh"
 TEST_FILES = "tests/test_files.txt"
 DELETED_TEST_FILES = "tests/deleted_test_files.txt"
 TEST_COMMAND = "tests/test_command.txt"
+TEST_WORKDIR = "tests/test_workdir.txt"
 TEST_FILES_DIR = "tests/files"
 SOLUTION = "solution"
 SOLVE_SH = "solution/solve.sh"

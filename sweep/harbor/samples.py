@@ -11,6 +11,8 @@ Kinds:
 - verified: a bug fix plus a test that fails before and passes after (becomes a verified task);
 - no_tests: a fix without any test change (the author refuses it: blocked);
 - passes_before: the PR's tests already pass on the base commit (the empty-solution gate fails);
+- weak_tests: a fix of two functions whose test checks only one of them: the gates pass, but the
+  reference without its second hunk (a mechanical mutant) still scores 1, so it is not verified;
 - flaky: a real fix plus a test that depends on the iteration order of a set of strings, so on
   the interpreter's hash seed: it passes under PYTHONHASHSEED=1 and fails under PYTHONHASHSEED=2
   (the gates' first two repeats), and passes about half the time with random seeds. With
@@ -213,6 +215,31 @@ def make_pr_tests_pass_before(root: Path, name: str = "passes-before") -> dict:
                    "Documents the existing behaviour and adds a test for it.")
 
 
+MIDPOINT_BUGGY = '''
+
+def midpoint(low, high):
+    """The integer midpoint of [low, high]."""
+    return (low + high) // 3
+'''
+
+
+def make_weak_tests_pr(root: Path, name: str = "weak-tests") -> dict:
+    """clamp() and midpoint() fixed, but the PR's test only checks clamp(): a wrong solution that
+    leaves midpoint() broken passes the tests (weak tests, as on real PRs that fix two branches)."""
+    repo = _new_repo(root, name)
+    base = _commit(repo, {
+        "README.md": "# mathx\n\nSmall numeric helpers.\n",
+        "mathx.py": MATHX_BUGGY + MIDPOINT_BUGGY,
+        "tests/__init__.py": "",
+        "tests/test_mathx.py": TEST_BASE,
+    }, "Initial mathx", "2024-01-01T00:00:00+00:00")
+    head = _commit(repo, {"mathx.py": MATHX_FIXED + MIDPOINT_BUGGY.replace("// 3", "// 2"),
+                          "tests/test_mathx.py": TEST_BASE + TEST_ABOVE},
+                   "Fix clamp() above the range and midpoint()", "2024-01-02T00:00:00+00:00")
+    return _source(repo, base, head, "Fix clamp() above the range and midpoint()",
+                   "`clamp(42, 0, 10)` should return 10, and `midpoint(0, 10)` should return 5.")
+
+
 def make_flaky_pr(root: Path, name: str = "flaky", *, counter_file: str | Path | None = None) -> dict:
     """A real fix whose new test file also holds a test that depends on the hash seed (flaky)."""
     repo = _new_repo(root, name)
@@ -230,6 +257,7 @@ SAMPLE_BUILDERS = {
     "no_tests": make_pr_without_tests,
     "passes_before": make_pr_tests_pass_before,
     "flaky": make_flaky_pr,
+    "weak_tests": make_weak_tests_pr,
 }
 
 

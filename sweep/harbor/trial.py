@@ -1,15 +1,25 @@
 """One trial of a task: a starting repository, a solution, the verifier, a reward.
 
 `run_trial` copies the bundle's `environment/repo` (or a solver's finished repository) into a
-fresh working directory, applies the solution, runs `tests/test.sh` and reads the reward, exactly
-as Harbor would inside the task image, but on this host's toolchain (environment_fidelity="host";
-see docs/tasks.md). Both scripts run through the provider with the network off and only the
-trial's `repo/` and `logs/` writable, so neither a solution nor a test can touch the bundle.
+fresh working directory, applies the solution, runs `tests/test.sh` and scores the run, as Harbor
+would inside the task image, but on this host's toolchain (environment_fidelity="host"; see
+docs/tasks.md). Both scripts run through the provider with the network off and only the trial's
+`repo/` and `logs/` writable, so neither a solution nor a test can touch the bundle.
+
+With a `harness` (every trial the controller runs: sweep/harbor/harness.py) the script is sweep's
+whatever the bundle holds, a solver's planted test files are gone before it runs, and the reward
+is computed here from what the runner printed (captured by the provider outside the writable
+paths, in `observed/`) and reported, the recorded ids and the exit status: reward.txt and
+reward.json, which the tests could write, are not read. A caller that gives none gets the harness
+the bundle names (`bundle_harness`); only a bundle that is not in sweep's layout has its verifier's
+own reward file read.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +27,7 @@ from pathlib import Path
 from runstate.errors import SweepError
 from sweep.harbor import layout
 from sweep.harbor.bundle import validate_bundle
+from sweep.harbor.harness import Harness
 from sweep.execution import DEFAULT_LIMITS, ExecSpec, Limits, Provider
 from sweep.tree import UnsafeTree, copy_tree
 
@@ -36,6 +47,8 @@ class TrialResult:
     environment_fidelity: str = "host"
     isolation: str = ""
     workdir: str = ""
+    results: dict[str, str] | None = None    # the runner's per-test results (with a harness)
+    results_problem: str | None = None       # why there are none
 
 
 def read_reward(logs_dir: Path) -> tuple[float | None, str]:
@@ -79,7 +92,8 @@ def task_timeouts(bundle: Path) -> tuple[float | None, float | None]:
 
 
 def run_trial(bundle_dir: str | Path, solution: str | Path, *, provider: Provider, workdir: str | Path,
-              timeout_s: float, env: dict[str, str] | None = None, limits: Limits | None = None) -> TrialResult:
+              timeout_s: float, env: dict[str, str] | None = None, limits: Limits | None = None,
+              harness: Harness | None = None) -> TrialResult:
     """Run `solution` ("reference", "empty" or a repository Path) against the bundle's tests.
 
     `env` adds variables to the scripts' environment (which is otherwise built from nothing but
@@ -97,20 +111,19 @@ def run_trial(bundle_dir: str | Path, solution: str | Path, *, provider: Provide
     if kind not in ("reference", "empty", "path"):
         raise SweepError(f"unknown solution {solution!r}: use 'reference', 'empty' or a Path")
 
-    def result(reward: float | None, detail: str) -> TrialResult:
+    def result(reward: float | None, detail: str, results: dict[str, str] | None = None,
+               problem: str | None = None) -> TrialResult:
         return TrialResult(reward=reward, ok=reward is not None, detail=detail[:DETAIL_LIMIT],
                            duration_s=time.monotonic() - started, solution=kind,
                            environment_fidelity=getattr(provider, "environment_fidelity", "host"),
-                           isolation=getattr(provider, "isolation", ""), workdir=str(work))
+                           isolation=getattr(provider, "isolation", ""), workdir=str(work),
+                           results=results, results_problem=problem)
 
-    for name, value in (env or {}).items():
-        if not (isinstance(name, str) and _ENV_NAME_RE.match(name) and isinstance(value, str)):
-            raise SweepError(f"trial environment variable {name!r} is not NAME=string")
-        if name in _RESERVED_ENV:
-            raise SweepError(f"a trial's environment may not set {name}")
+    _check_env(env)
     problems = validate_bundle(bundle)
     if problems:
         return result(None, "invalid bundle: " + "; ".join(problems[:5]))
+    harness = harness or bundle_harness(bundle)
     if work.exists() and any(work.iterdir()):
         raise SweepError("the trial workdir must be new or empty", path=work)
     work.mkdir(parents=True, exist_ok=True)
@@ -125,34 +138,119 @@ def run_trial(bundle_dir: str | Path, solution: str | Path, *, provider: Provide
         copy_tree(bundle / layout.TESTS, work / "tests")
     except UnsafeTree as exc:
         return result(None, f"refused to copy the repository to test: {exc}")
+    observed = _prepare(bundle, work, harness, kind)
     agent_timeout, verifier_timeout = task_timeouts(bundle)
-    (logs / "verifier").mkdir(parents=True)
-    (logs / "agent").mkdir()
     env = {**(env or {}), "REPO_DIR": str(repo), "LOGS_DIR": str(logs)}
     deadline = started + timeout_s
 
-    def run(script: Path, name: str, own_timeout: float | None):
+    def run(script: Path, name: str, own_timeout: float | None, out_dir: Path | None = None):
         left = max(1.0, deadline - time.monotonic())
+        out = (out_dir / Path(name).name) if out_dir is not None else logs / name
+        # the fixed view of a task container (layout.py): nothing of the host's paths is shown
         return provider.run(ExecSpec(
             argv=["bash", str(script)], cwd=repo, timeout_s=min(left, own_timeout or left),
-            write_paths=(repo, logs), read_paths=(work,), network="none", env=env, limits=limits,
-            stdout_path=logs / f"{name}.stdout", stderr_path=logs / f"{name}.stderr"))
-
-    def bound(outcome) -> str:
-        hit = getattr(outcome, "limit_hit", None)
-        return f" (hit its {hit} bound)" if hit else ""
+            write_paths=(repo, logs), read_paths=tuple(p for p in (work / "tests", work / "solution") if p.exists()),
+            network="none", env=env, limits=limits, view=trial_view(work),
+            stdout_path=out.with_name(out.name + ".stdout"), stderr_path=out.with_name(out.name + ".stderr")))
 
     if kind == "reference":
         copy_tree(bundle / layout.SOLUTION, work / "solution")
         solved = run(work / layout.SOLVE_SH, "agent/solve", agent_timeout)
-        if solved.launch_error or solved.timed_out or solved.rc != 0 or bound(solved):
-            why = (solved.launch_error or ("timed out" if solved.timed_out else f"exited {solved.rc}")) + bound(solved)
+        if solved.launch_error or solved.timed_out or solved.rc != 0 or _bound(solved):
+            why = (solved.launch_error or ("timed out" if solved.timed_out else f"exited {solved.rc}")) + _bound(solved)
             return result(None, f"solution/solve.sh {why}: {_tail(solved.stderr_tail or solved.stdout_tail)}")
-    tested = run(work / layout.TEST_SH, "verifier/test", verifier_timeout)
-    if tested.launch_error or tested.timed_out or bound(tested):
-        why = (tested.launch_error or ("timed out" if tested.timed_out else f"exited {tested.rc}")) + bound(tested)
+        if harness is not None:
+            shutil.rmtree(work / "solution")      # the tests cannot tell the reference run by it
+    tested = run(work / layout.TEST_SH, "verifier/test", verifier_timeout, observed if harness else None)
+    if tested.launch_error or tested.timed_out or _bound(tested):
+        why = (tested.launch_error or ("timed out" if tested.timed_out else f"exited {tested.rc}")) + _bound(tested)
         return result(None, f"tests/test.sh {why}")
+    if harness is not None:
+        return _scored(harness, work, tested.rc, limits, result, _tail(tested.stdout_tail), provider)
     reward, why = read_reward(logs)
     if reward is None:
         return result(None, f"tests/test.sh exited {tested.rc}; {why}: {_tail(tested.stderr_tail)}")
     return result(reward, f"reward {reward:g} (tests/test.sh exited {tested.rc}): {_tail(tested.stdout_tail)}")
+
+
+def trial_view(work: Path) -> tuple[tuple[Path, str], ...]:
+    """Where a trial's sandbox shows its parts: the paths of a Harbor task container (the
+    Dockerfile's WORKDIR /app, /tests, /solution, /logs), whatever the campaign's path."""
+    return ((work / "repo", "/app"), (work / "tests", "/tests"), (work / "solution", "/solution"),
+            (work / "logs", "/logs"))
+
+
+def _bound(outcome) -> str:
+    hit = getattr(outcome, "limit_hit", None)
+    return f" (hit its {hit} bound)" if hit else ""
+
+
+def _check_env(env: dict[str, str] | None) -> None:
+    for name, value in (env or {}).items():
+        if not (isinstance(name, str) and _ENV_NAME_RE.match(name) and isinstance(value, str)):
+            raise SweepError(f"trial environment variable {name!r} is not NAME=string")
+        if name in _RESERVED_ENV:
+            raise SweepError(f"a trial's environment may not set {name}")
+
+
+def _prepare(bundle: Path, work: Path, harness: Harness | None, kind: str) -> Path:
+    """sweep's harness over the trial's tests/, a solver's test tree put back, the log and capture
+    directories; returns where the provider captures test.sh's output (not shown inside the sandbox)."""
+    if harness is not None:
+        from sweep.harbor.harness import install, restore_test_tree
+        install(work / "tests", harness)          # sweep's verifier runs, whatever the bundle's says
+        if kind == "path":
+            restore_test_tree(work / "repo", bundle / layout.ENV_REPO)
+    (work / "observed").mkdir()
+    (work / "logs" / "verifier").mkdir(parents=True)
+    (work / "logs" / "agent").mkdir()
+    return work / "observed"
+
+
+def bundle_harness(bundle: Path) -> Harness | None:
+    """The harness a bundle in sweep's layout names itself (its test command, runner.txt,
+    test_workdir.txt and, in an export, test_ids.txt), for a caller that gives none; the controller always gives the plan's.
+    None: not sweep's layout."""
+    from sweep.harbor.harness import RUNNER_FILE, TEST_IDS, resolve
+    from sweep.harbor.runners import UnknownRunner
+    try:
+        argv = (bundle / layout.TEST_COMMAND).read_text(encoding="utf-8").splitlines()
+        name = (bundle / RUNNER_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    workdir_file = bundle / layout.TEST_WORKDIR
+    workdir = None
+    if workdir_file.is_file() and not workdir_file.is_symlink():
+        workdir = workdir_file.read_text(encoding="utf-8", errors="replace").strip() or None
+    try:
+        harness = resolve(argv, name or None, workdir)
+    except (UnknownRunner, ValueError):
+        return None
+    ids = bundle / TEST_IDS
+    if ids.is_file() and not ids.is_symlink():
+        harness = harness.selecting(ids.read_text(encoding="utf-8", errors="replace").splitlines())
+    return harness
+
+
+def _scored(harness: Harness, work: Path, rc: int | None, limits: Limits, result, tail: str,
+            provider: Provider) -> TrialResult:
+    """The reward from what the harness observed: the captured output, the report directory, the exit."""
+    from sweep.harbor.harness import REPORT_RELDIR, read_reports, score
+    from sweep.harbor.runners import Observed
+    from sweep.harbor.runners.base import MAX_OUTPUT_BYTES
+    transcript = work / "observed" / "test.stdout"
+    try:
+        with open(transcript, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - MAX_OUTPUT_BYTES))
+            output = fh.read(MAX_OUTPUT_BYTES)
+        # the human copy of the output, next to the logs as before (written here, after the run)
+        shutil.copyfile(transcript, work / "logs" / "verifier" / "test-output.txt")
+    except OSError:
+        output = b""
+    shown = getattr(provider, "sandbox_path_of", None)
+    repo_dir = shown(trial_view(work), work / "repo") if shown is not None else str(work / "repo")
+    observed = Observed(output=output, reports=read_reports(work / "logs" / REPORT_RELDIR), repo_dir=repo_dir)
+    scored = score(harness, observed, rc, file_bytes=limits.file_bytes)
+    shown = "none" if scored.reward is None else format(scored.reward, "g")
+    return result(scored.reward, f"reward {shown} ({scored.detail[:200]}): {tail}", scored.results, scored.problem)

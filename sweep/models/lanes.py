@@ -17,6 +17,7 @@ _NAME_LIST_RE = re.compile(r"[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*")    # partition
 _TYPE_RE = re.compile(r"[A-Za-z0-9._-]+")
 _MEM_RE = re.compile(r"\d+[KMGTkmgt]?")
 _SIGNAL_RE = re.compile(r"(?:[RB]{1,2}:)?(?:SIG)?[A-Z0-9]+(?:@\d+)?")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and UNLIMITED/INFINITE)
 _TIME_FORMS = (
     re.compile(r"(?P<m>\d+)"),
@@ -41,6 +42,9 @@ _RESERVED_OPTIONS = {
     "--no-requeue": "set the lane's requeue = \"tick\" instead (the default)",
     "--partition": "set the lane's partition instead",
     "--time": "set the lane's time instead",
+    "--export": "the job gets exactly the environment sweep builds; name more variables in "
+                "[scheduler] pass_env",
+    "--get-user-env": "the job gets exactly the environment sweep builds, not a login shell's",
 }
 # on the gpu lane a second --gres/--gpus would replace the device request sweep computes
 _GPU_LANE_RESERVED = {
@@ -242,6 +246,22 @@ class SchedulerSettings(BaseModel):
     # "sacct" (slurmdbd), "jobcomp" (`sacct -c`: JobCompType=jobcomp/filetxt, no slurmdbd needed),
     # "none" (no call: a vanished job counts as an attempt). See docs/slurm.md.
     accounting: Literal["sacct", "jobcomp", "none"] = "sacct"
+    # more variables a controller job gets from the tick's environment, by name, beside the ones
+    # sweep always passes (sweep/tick/jobenv.py): e.g. ["LD_LIBRARY_PATH", "CUDA_HOME"]
+    pass_env: list[str] = Field(default_factory=list)
+
+    @field_validator("pass_env")
+    @classmethod
+    def _check_pass_env(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV_NAME_RE.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name: use [A-Za-z_][A-Za-z0-9_]*")
+            if name.startswith(("SLURM_", "SLURMD_")) and name != "SLURM_CONF":
+                raise ValueError(f"{name} is the tick's own job context: Slurm sets a job's SLURM_* "
+                                 "variables itself, and another job's would mislead the controller")
+            if name == "SWEEP_JOB_ID":
+                raise ValueError("SWEEP_JOB_ID is set by the scheduler for each job")
+        return value
 
     @field_validator("signal")
     @classmethod

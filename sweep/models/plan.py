@@ -11,7 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from runstate.causes import DEFAULT_BREAKER_CAUSES
 from runstate.models import PIPELINE_ROLES, RUN_ID_RE
+from sweep.models.environment import JobEnvironment
 from sweep.models.lanes import SchedulerSettings
 
 GITHUB_PR_RE = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/pull/(\d+)/?$")
@@ -24,6 +26,7 @@ def github_pr(url: str) -> tuple[str, str, str]:
         raise ValueError(f"{url!r} is not a GitHub pull request URL (expected https://github.com/OWNER/REPO/pull/NUMBER)")
     owner, repo, number = m.groups()
     return owner, repo, number
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")     # a campaign's or an evaluation's name
 GIT_REF_RE = re.compile(r"^[A-Za-z0-9._/@^~+-]{1,200}$")
 
 
@@ -39,6 +42,15 @@ class QualitySettings(Strict):
     gate_repeats: int = Field(default=2, ge=1, le=10)   # reference=1 / empty=0, each repeated
     max_probes: int = Field(default=3, ge=0, le=100)
     max_spend_usd: float | None = Field(default=None, ge=0)
+    # wrong solutions derived from the reference patch (sweep/quality/mutants.py), each run as a
+    # probe after the gates; 0 runs none. "enforce": a surviving mutant keeps the run from
+    # `verified` (the oracle reviewer ends it weak_tests; an agent reviewer must judge it
+    # equivalent or ask for a repair); "report": survivors are only recorded and shown
+    max_mutants: int = Field(default=12, ge=0, le=500)
+    mutants: Literal["enforce", "report"] = "enforce"
+    # rollouts that all scored 0 (a solve rate of 0) keep the run from `verified` unless this is
+    # true: the plan then says rollouts are evidence only (e.g. a solver known to be weak)
+    allow_unsolved: bool = False
 
 
 class RuntimeChoice(Strict):
@@ -71,7 +83,26 @@ class CandidateOptions(Strict):
     max_spend_usd: float | None = Field(default=None, ge=0)        # this candidate's cap
     worker_reservation_usd: float = Field(default=0.0, ge=0)       # reserved per paid session
     test_command: str | None = None     # how the task's tests run (from the plan: trusted)
+    # where in the repository the test command runs (relative), instead of `cd DIR && ...`
+    test_workdir: str | None = None
+    # which runner module reads the tests' per-test results (sweep/harbor/runners); None: detected
+    # from test_command. Needed for tools no command reveals (tap, junit); checked at init
+    test_runner: str | None = None
     quality: QualitySettings = Field(default_factory=QualitySettings)
+
+    @field_validator("test_command")
+    @classmethod
+    def _check_test_command(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_test_command(v)
+        return v
+
+    @field_validator("test_workdir")
+    @classmethod
+    def _check_test_workdir(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_test_workdir(v)
+        return v
 
     @field_validator("runtime_options")
     @classmethod
@@ -83,11 +114,70 @@ class CandidateOptions(Strict):
         return v
 
     def merged_over(self, base: "CandidateOptions", explicitly_set: set[str]) -> "CandidateOptions":
+        """These options over `base`, key by key at every level: a candidate that sets only
+        `runtimes.solver` keeps the defaults' author and reviewer, and one that sets
+        `runtime_options.solver.model` keeps the solver's other options and every other role's.
+        Only where a candidate gives a role another runtime than the defaults do that role's
+        default options go (they were written for the other CLI)."""
         data = base.model_dump()
-        mine = self.model_dump()
+        mine = self.model_dump(exclude_unset=True)
         for key in explicitly_set:
-            data[key] = mine[key]
+            if key == "runtime_options":
+                continue
+            data[key] = _deep_merge(data[key], mine[key]) if isinstance(data[key], dict) else mine[key]
+        runtimes = data["runtimes"]
+        options = {role: dict(table) for role, table in base.runtime_options.items()
+                   if runtimes.get(role) == getattr(base.runtimes, role)}
+        for role, table in mine.get("runtime_options", {}).items():
+            options[role] = _deep_merge(options.get(role, {}), table)
+        data["runtime_options"] = options
         return CandidateOptions.model_validate(data)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+SHELL_OPERATORS = ("&&", "||", ";", "|", "&", ">", ">>", "<", "<<", "2>", "2>&1", "&>")
+_ASSIGNMENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def check_test_command(command: str) -> list[str]:
+    """The test command's argv. It is run as one program with its arguments, never by a shell, so
+    a shell operator would be passed to the program as an argument: refused, with the way to say
+    the same thing (a `test_workdir`, the `[environment]` variables)."""
+    import shlex
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"{command!r} does not parse as a command line: {exc}") from None
+    if not argv:
+        raise ValueError("the test command is empty")
+    if any("\n" in a or "\r" in a for a in argv):
+        raise ValueError("the test command has an argument with a line break")
+    if argv[0] == "cd" or any(a in SHELL_OPERATORS or a.endswith(";") for a in argv) \
+            or any(("$(" in a or "`" in a) for a in argv):
+        hint = ""
+        if argv[0] == "cd" and len(argv) >= 3:
+            rest = argv[3:] if argv[2] in ("&&", ";") else argv[2:]
+            hint = f": write test_workdir = {argv[1].rstrip(';')!r} and test_command = {shlex.join(rest)!r}"
+        raise ValueError(f"{command!r} uses the shell, but the test command runs as one program with its "
+                         "arguments, without a shell (no &&, ;, |, redirections, `cd`, $(...)); run it in a "
+                         "subdirectory with test_workdir" + hint)
+    if _ASSIGNMENT_RE.match(argv[0]):
+        raise ValueError(f"{command!r} starts with a variable assignment, which needs a shell: declare the "
+                         "variable in [environment.toolchains.NAME] variables instead")
+    return argv
+
+
+def check_test_workdir(workdir: str) -> None:
+    parts = workdir.split("/")
+    if workdir.startswith("/") or ".." in parts or not workdir.strip() or any(c in workdir for c in "\n\r\0"):
+        raise ValueError(f"{workdir!r}: test_workdir is a directory inside the repository, relative, "
+                         "without '..'")
 
 
 class Candidate(Strict):
@@ -238,6 +328,8 @@ class LimitSettings(Strict):
     workspace_mb: int | None = Field(default=4096, ge=1)       # everything writable, apparent size
     transcript_kb: int | None = Field(default=8192, ge=16)     # kept per stream: head + tail
     tmp_mb: int = Field(default=1024, ge=16)                   # the private /tmp
+    # the PR's diff in the author's prompt: a file summary, then at most this much of the diff
+    prompt_diff_kb: int = Field(default=200, ge=1, le=1 << 20)
 
     def for_role(self, overrides: dict[str, int]) -> "LimitSettings":
         """These bounds with a role manifest's `[limits]` keys (roles/spec.py RoleLimits) in place."""
@@ -251,6 +343,24 @@ class LimitSettings(Strict):
                       workspace_bytes=self.workspace_mb and self.workspace_mb * mb,
                       transcript_bytes=self.transcript_kb and self.transcript_kb * 1024,
                       tmp_bytes=self.tmp_mb * mb)
+
+
+class BreakerSettings(Strict):
+    """The circuit breaker (runstate/breaker.py): `after` distinct runs of one lane in a row ending or
+    failing with one of `causes` stop admission until `sweep undrain --ack CAUSE`; 0 turns it off."""
+
+    after: int = Field(default=5, ge=0, le=100_000)
+    causes: list[str] = Field(default_factory=lambda: list(DEFAULT_BREAKER_CAUSES))
+
+    @field_validator("causes")
+    @classmethod
+    def _known_causes(cls, v: list[str]) -> list[str]:
+        from runstate.causes import CAUSES
+        unknown = [c for c in v if c not in CAUSES]
+        if unknown:
+            raise ValueError(f"unknown cause {unknown[0]!r} (the vocabulary is in docs/controller.md: "
+                             f"{', '.join(sorted(CAUSES))})")
+        return v
 
 
 class PlanSettings(Strict):
@@ -268,7 +378,9 @@ class PlanSettings(Strict):
     parks_per_attempt: int = Field(default=3, ge=1, le=100)
     # preemptions, time limits and node failures re-queue a run without an attempt, up to this many
     max_interruptions: int = Field(default=10, ge=1, le=10_000)
+    # directories of tasks verified before (a run directory or an exported task: sweep/priors.py)
     prior_verified: list[str] = Field(default_factory=list)
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     defaults: CandidateOptions = Field(default_factory=CandidateOptions)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     tick: TickSettings = Field(default_factory=TickSettings)
@@ -291,6 +403,9 @@ class PlanSettings(Strict):
         return v
 
     secrets: dict[str, SecretSource] = Field(default_factory=dict)
+    # The toolchains controllers, sessions and trials see (sweep/models/environment.py); None =
+    # undeclared: controllers inherit the tick's environment, sandboxes its PATH (the old way).
+    environment: JobEnvironment | None = None
 
     @field_validator("secrets")
     @classmethod
@@ -307,16 +422,39 @@ class PlanSettings(Strict):
                                      f"(got {source.variable!r})")
         return v
 
+    @field_validator("prior_verified")
+    @classmethod
+    def _priors_are_directories(cls, v: list[str]) -> list[str]:
+        for i, entry in enumerate(v):
+            if "://" in entry or re.fullmatch(r"[\w.-]+/[\w.-]+#\d+", entry.strip()):
+                raise ValueError(f"entry {i} ({entry!r}) is a PR name: prior_verified names the directory of "
+                                 "a task verified before (a campaign's runs/ID or an exported task), whose "
+                                 "evidence init re-validates")
+        return v
+
     @field_validator("name")
     @classmethod
     def _check_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError(f"{v!r}: a campaign name is 1-64 letters, digits, '.', '_', '-'")
         return v
 
 
 class Plan(PlanSettings):
     candidates: list[Candidate] = Field(min_length=1)
+
+
+class PriorTask(Strict):
+    """One validated `prior_verified` entry (sweep/priors.py), as frozen in campaign.toml (strings
+    only: TOML has no null)."""
+
+    entry: str              # as the plan wrote it
+    path: str               # resolved, absolute
+    kind: str               # "run" or "task"
+    pr_key: str             # owner/repo#N for a GitHub PR, else ""
+    base: str               # the commits it was verified for ("" if unknown)
+    head: str
+    digest: str             # bundle_sha256 (run) or the Harbor digest (task)
 
 
 class CampaignFile(Strict):
@@ -333,6 +471,10 @@ class CampaignFile(Strict):
     sweep_version: str
     candidate_count: int
     settings: PlanSettings
+    # each distinct test command's program as `init` resolved it in the job environment ("" = not found)
+    test_programs: dict[str, str] = Field(default_factory=dict)
+    # the plan's prior_verified, each validated by init (sweep/priors.py): they count toward target_verified
+    priors: list[PriorTask] = Field(default_factory=list)
 
     @property
     def job_prefix(self) -> str:

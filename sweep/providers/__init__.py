@@ -10,15 +10,18 @@ from runstate.errors import ConfigError
 from sweep.providers.base import ExecResult, ExecSpec, OutputChannel, Provider
 from sweep.registry import Plugin, Registry
 
-# provider name -> "module:class", imported lazily. These run one command (ExecSpec): what the
-# controller's sessions and gates use today, so a plan's `provider` must name one of these.
+# Execution providers (sweep.execution.Provider), name -> "module:class", imported lazily: they run
+# one command (ExecSpec) on this host. Every session and trial runs through one; a candidate whose
+# plan `provider` is remote gets a ContainerRunner (sweep/providers/container.py) over the sandbox
+# provider below instead.
 PROVIDERS = Registry("provider", "provider", {
     "local": "sweep.providers.local:LocalProvider",
 })
 
-# Remote sandboxes behind the lifecycle contract (base.SandboxProvider): create, upload, exec,
-# download, terminate, list by tags. Used by `sweep reconcile`; the controller does not drive them
-# yet (docs/providers.md). A missing SDK is a ConfigError naming the extra.
+# Sandbox providers: remote sandboxes behind the lifecycle contract (base.SandboxProvider): create,
+# upload, exec, download, terminate, list by tags. The controller runs a remote candidate's gates,
+# trials and solver sessions in them through ContainerRunner; `sweep reconcile` terminates what dead
+# controllers left (docs/providers.md). A missing SDK is a ConfigError naming the extra.
 SANDBOX_PROVIDERS = Registry("sandbox provider", "provider", {
     "local": "sweep.providers.local_sandbox:LocalSandboxes",
     "daytona": Plugin("sweep.providers.daytona:DaytonaProvider", extra="daytona"),

@@ -60,7 +60,7 @@ class SandboxSpec:
     timeout_s: int = 3600                 # provider-side hard cap from creation (always set)
     idle_timeout_s: int | None = 900      # provider-side stop when idle (always set by remote providers)
     env: dict[str, str] = field(default_factory=dict)   # non-secret only
-    agent_cli: str | None = None          # a runtime whose CLI the image installs (sweep/providers/image.py)
+    agent_cli: str | None = None          # npm spec of the agent CLI the image installs (sweep/providers/image.py)
     network_block_all: bool = False       # no network at all inside (trials; sessions with network "none")
     # network "api": outbound only to these CIDRs (/32 or /128 of the endpoints' resolved addresses,
     # see remote.resolve_allow_list). Empty and not block_all = unrestricted egress (network "host")
@@ -123,7 +123,10 @@ class SandboxProvider(Protocol):
              env: dict[str, str] | None = None, stdin: bytes | None = None, timeout_s: float,
              on_output: Callable[[str], None] | None = None,
              idle_timeout_s: float | None = None) -> SandboxExecResult: ...
-    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path) -> None: ...
+    # unpacked with sweep.tree.extract_tar: files and directories only, names checked under dir
+    # descriptors, only the `only` prefixes, at most `max_bytes` (ExtractRefused(limit=True) past it)
+    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path, *,
+                         only: list[str] | None = None, max_bytes: int | None = None) -> None: ...
     def terminate(self, handle: SandboxHandle) -> str: ...           # a TerminateOutcome value
     def list_by_tags(self, tags: dict[str, str]) -> list[SandboxInfo]: ...
 

@@ -36,6 +36,7 @@ from runstate.atomic import make_private_dir, write_atomic
 from sweep.providers.base import (ExecResult, ExecSpec, FromEnv, OutputChannel, SandboxError, SandboxSpec,
                                   read_secret, sandbox_name)
 from sweep.providers.receipts import create_with_receipt, new_tags, terminate_with_receipt
+from sweep.tree import ExtractRefused
 
 REMOTE_ROOT = "/sweep/run"
 TAIL = 16_384
@@ -163,9 +164,24 @@ class ContainerRunner:
             self.sandboxes.upload_archive(handle, stage, REMOTE_ROOT)
             result = self.sandboxes.exec(handle, argv, cwd=self.remote(spec.cwd), env=env, stdin=stdin,
                                          timeout_s=spec.timeout_s)
-            self.sandboxes.download_archive(handle, REMOTE_ROOT, back)
+            # only what the command may write comes back (its write paths, the output channels),
+            # member by member, and no more than the workspace bound
+            only = [r for r in (self._rel(Path(w)) for w in spec.write_paths) if r is not None]
+            only += [remote[len(REMOTE_ROOT) + 1:] for remote in self.channels]
+            refused: ExtractRefused | None = None
+            try:
+                self.sandboxes.download_archive(handle, REMOTE_ROOT, back, only=only,
+                                                max_bytes=spec.limits.workspace_bytes)
+            except ExtractRefused as exc:
+                refused = exc
         finally:
             terminate_with_receipt(self.sandboxes, handle, self.run_dir)
+        if refused is not None:
+            # nothing of the sandbox is copied back: the write paths stay as they were
+            return ExecResult(rc=None, timed_out=False, duration_s=time.monotonic() - started, stdout_tail="",
+                              stderr_tail=f"sweep: {refused.message}"[-TAIL:], isolation="container", argv=argv,
+                              env_names=sorted(env), network=network, stopped="unsafe_workspace" if not refused.limit
+                              else None, limit_hit="workspace_bytes" if refused.limit else None)
         for w in spec.write_paths:
             rel = self._rel(Path(w))
             if rel is None:

@@ -22,12 +22,9 @@ from pathlib import Path
 
 from runstate.errors import ConfigError
 
-# The agent CLIs sweep can install into an image, at the versions its parsers were tested with
-# (sweep/runtimes/claude_code.py and codex.py pin the same ones).
-AGENT_CLIS = {
-    "claude-code": ("@anthropic-ai/claude-code", "2.1.197"),
-    "codex": ("@openai/codex", "0.171.0"),
-}
+# An agent CLI to install is given as its npm package spec (name@version): which one a runtime
+# drives, at which pinned version, is that runtime's fact (RuntimeFacts.cli, sweep/runtimes/facts.py).
+NPM_SPEC_RE = re.compile(r"^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*@[0-9A-Za-z][0-9A-Za-z.+_-]*$")
 WORKSPACE_SOURCES = {"repo"}          # uploaded per run, never baked in (see the module docstring)
 IMAGE_VERSION = "sweep-image-v1"      # bumps every identity if the way images are made changes
 _INSTRUCTION_RE = re.compile(r"^\s*(COPY|ADD)\s+(.*)$", re.IGNORECASE)
@@ -39,7 +36,7 @@ class ImageSpec:
     context_dir: Path                 # environment/: where COPY/ADD sources are read from
     context: tuple[str, ...]          # relative COPY/ADD sources that go into the build
     identity: str                     # sha256 hex of the Dockerfile text and the context files
-    agent_cli: str | None = None      # the runtime whose CLI the image installs, if any
+    agent_cli: str | None = None      # the npm spec of the agent CLI the image installs, if any
 
     @property
     def name(self) -> str:
@@ -47,17 +44,15 @@ class ImageSpec:
         return f"sweep-img-{self.identity[:32]}"
 
 
-def agent_cli_layer(runtime: str) -> str:
-    """The Dockerfile RUN line that installs `runtime`'s CLI at its pinned version (npm; Node.js
-    from the distribution when the image has no npm)."""
-    try:
-        package, version = AGENT_CLIS[runtime]
-    except KeyError:
-        raise ConfigError(f"no agent CLI to install for runtime {runtime!r} (known: {', '.join(AGENT_CLIS)})",
-                          field="runtimes") from None
+def agent_cli_layer(npm_spec: str) -> str:
+    """The Dockerfile RUN line that installs an agent CLI (`package@version`, pinned) with npm
+    (Node.js from the distribution when the image has no npm)."""
+    if not NPM_SPEC_RE.match(npm_spec):
+        raise ConfigError(f"{npm_spec!r} is not an npm package spec with a pinned version (name@version)",
+                          field="runtimes")
     install = (f"(command -v npm >/dev/null 2>&1 || (apt-get update && apt-get install -y --no-install-recommends "
                f"nodejs npm && rm -rf /var/lib/apt/lists/*)) && npm install -g --no-audit --no-fund "
-               f"{shlex.quote(f'{package}@{version}')}")
+               f"{shlex.quote(npm_spec)}")
     return f"RUN {install}"
 
 
@@ -140,4 +135,4 @@ def image_spec(environment_dir: str | Path, *, agent_cli: str | None = None) -> 
                      identity=h.hexdigest(), agent_cli=agent_cli)
 
 
-__all__ = ["AGENT_CLIS", "ImageSpec", "agent_cli_layer", "image_spec"]
+__all__ = ["ImageSpec", "agent_cli_layer", "image_spec"]

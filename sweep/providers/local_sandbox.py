@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from runstate.atomic import make_private_dir, write_atomic
+from sweep.tree import extract_tar
 from sweep.providers.base import (ExecSpec, SandboxError, SandboxExecResult, SandboxHandle, SandboxInfo,
                                   SandboxSpec, TerminateOutcome, check_tags)
 
@@ -105,14 +106,14 @@ class LocalSandboxes:
                                  duration_s=time.monotonic() - start, stdout_tail=r.stdout_tail,
                                  stderr_tail=r.stderr_tail, stopped="stalled" if stalled else None)
 
-    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path) -> None:
+    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path, *,
+                         only: list[str] | None = None, max_bytes: int | None = None) -> None:
         src = self._map(self._dir(handle.sandbox_id), remote_dir)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
             tar.add(str(src), arcname=".")
-        local_dir.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(buf.getvalue()), mode="r:gz") as tar:
-            tar.extractall(local_dir, filter="data")
+        buf.seek(0)
+        extract_tar(buf, local_dir, only=only, max_bytes=max_bytes)
 
     def terminate(self, handle: SandboxHandle) -> str:
         d = self.root / handle.sandbox_id

@@ -16,6 +16,10 @@ and that receipt's job is not in the scheduler's queue (one call; an UNKNOWN que
 nothing). Sandboxes with another campaign's tags, or ours without a receipt, are never touched:
 reconcile only reports them. An open receipt whose job is dead and whose sandbox is not listed
 (create never happened, or auto-delete already removed it) is settled as `gone`.
+
+A receipt is written and read through `Receipt` alone, stamped `schema_version`
+(RECEIPT_SCHEMA_VERSION): one without it predates versions and reads as it always did; one a newer
+sweep wrote is refused naming the file and its version, and reconcile leaves its sandbox alone.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from typing import Any, Callable, Iterator
 from runstate.atomic import make_private_dir, write_atomic
 from runstate.errors import StateError
 from runstate.markers import clear_provider_stamp, stamp_provider
+from runstate.paths import CampaignPaths
 from sweep.sandbox_marker import UNCERTAIN_FILE, clear_uncertain, mark_uncertain, read_uncertain
 from sweep.providers.base import (TAG_KEYS, SandboxError, SandboxHandle, SandboxProvider, SandboxSpec,
                                   TerminateOutcome, check_tags, sandbox_name)
@@ -41,6 +46,7 @@ __all__ = ["UNCERTAIN_FILE", "clear_uncertain", "mark_uncertain", "read_uncertai
 RECEIPTS_DIR = "sandboxes"
 OPEN_STATES = ("requested", "created", "terminate_requested")
 SETTLED_STATES = ("terminated", "gone")
+RECEIPT_SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -55,6 +61,7 @@ class Receipt:
     requested_at: float = 0.0
     updated_at: float = 0.0
     note: str | None = None
+    schema_version: int = RECEIPT_SCHEMA_VERSION   # 0: written before receipts carried a version
 
     @property
     def job_id(self) -> str:
@@ -62,8 +69,9 @@ class Receipt:
 
 
 def current_job_id() -> str | None:
-    """The scheduler job this process runs in (Slurm, or the local backend)."""
-    return os.environ.get("SLURM_JOB_ID") or os.environ.get("SWEEP_JOB_ID")
+    """The scheduler job this process runs in: SWEEP_JOB_ID, which every backend gives its jobs
+    (the scheduler contract, sweep/scheduler/base.py); never a backend's own variable."""
+    return os.environ.get("SWEEP_JOB_ID")
 
 
 def new_tags(*, campaign_id: str, run_id: str, job_id: str, role: str, attempt: int) -> dict[str, str]:
@@ -81,12 +89,20 @@ def receipt_path(run_dir: Path, instance: str) -> Path:
 def _write(run_dir: Path, r: Receipt) -> None:
     make_private_dir(Path(run_dir) / RECEIPTS_DIR)
     r.updated_at = time.time()
+    r.schema_version = RECEIPT_SCHEMA_VERSION     # an older receipt settled now is a current one
     write_atomic(receipt_path(run_dir, r.instance), json.dumps(asdict(r), sort_keys=True).encode())
 
 
 def read_receipt(path: Path) -> Receipt:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        version = data.setdefault("schema_version", 0)
+        if not isinstance(version, int) or isinstance(version, bool) or version > RECEIPT_SCHEMA_VERSION:
+            raise StateError(f"sandbox receipt written by a newer sweep (schema_version {version!r}; this "
+                             f"sweep reads up to {RECEIPT_SCHEMA_VERSION})", path=path, field="schema_version",
+                             hint="upgrade sweep to read it; reconcile leaves its sandbox alone")
         r = Receipt(**data)
         check_tags(r.tags)
     except (OSError, ValueError, TypeError) as exc:
@@ -172,7 +188,7 @@ def settle(run_dir: Path, r: Receipt, state: str, note: str) -> None:
 
 def iter_receipts(campaign_dir: Path) -> Iterator[tuple[Path, Path]]:
     """(run dir, receipt path) for every receipt of the campaign."""
-    runs = Path(campaign_dir) / "runs"
+    runs = CampaignPaths(campaign_dir).runs
     if not runs.is_dir():
         return
     for run_dir in sorted(runs.iterdir()):

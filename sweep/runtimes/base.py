@@ -25,13 +25,10 @@ from typing import Any, Protocol
 
 from roles import RoleSpec
 from runstate.errors import ConfigError
+from sweep.runtimes.facts import RuntimeFacts
 
 STATUSES = ("ok", "failed", "timeout", "audit_failed")
 FAILURE_CLASSES = ("outage", "throttle", "config", "failure")
-
-# Runtimes that never call a paid API: their sessions reserve only what the plan says.
-UNPAID_RUNTIMES = frozenset({"oracle", "nop"})
-
 
 def session_reservation(runtime: str, role_cap_usd: float | None, plan_reservation_usd: float) -> float:
     """What one session reserves before it starts.
@@ -41,7 +38,8 @@ def session_reservation(runtime: str, role_cap_usd: float | None, plan_reservati
     only known after the fact. It is settled with the cost the runtime parsed (or kept whole when
     the cost is unknown). 0.0 for a paid runtime means no figure exists: the caller refuses the session.
     """
-    if runtime in UNPAID_RUNTIMES:
+    from sweep.runtimes.facts import facts_of
+    if not facts_of(runtime).paid:        # never calls a paid API: only what the plan says
         return plan_reservation_usd
     if plan_reservation_usd > 0:
         return plan_reservation_usd
@@ -54,7 +52,7 @@ def session_reservation(runtime: str, role_cap_usd: float | None, plan_reservati
 class SessionRequest:
     role: RoleSpec
     manifest_sha256: str
-    runtime: str                          # "oracle" | "nop" | "command"
+    runtime: str                          # a name in RUNTIMES (sweep/runtimes/facts.py)
     runtime_options: dict                 # e.g. {"argv": [...]} for command
     workspace: Path                       # the directory the agent works in (prepared by the controller)
     session_dir: Path                     # run_dir/sessions/NNNN-<role>/ (outside the workspace)
@@ -62,6 +60,12 @@ class SessionRequest:
     inputs: dict                          # role inputs, JSON-able (see docs/roles.md)
     secrets: dict[str, Any] = field(default_factory=dict)    # env var -> secret file or FromEnv, child env only
     limits: Any = None                    # sweep.execution.Limits; None = the provider's defaults
+    # min(the role's cap, what the run's allocation has left for this session), set by the
+    # controller: what the CLI's own cap flag gets and where the relay refuses further requests
+    cost_limit_usd: float | None = None
+    # set by run_session when the session is relayed (sweep/runtimes/wire): the base URL the CLI
+    # must use, the sandbox endpoint that reaches the relay, the placeholder key
+    wire: Any = None
 
 
 @dataclass
@@ -96,6 +100,7 @@ class RuntimeCapabilities:
     needs_network: bool                   # the session must reach a model API
     roles: frozenset[str] | None = None   # role names it knows how to play; None = any
     uses_credentials: bool = True         # False: no secret and no key-family variable reaches it
+    skills: bool = False                  # installs the RoleSpec's `skills` where its agent reads them
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,8 @@ def endpoint_of(url: str) -> str:
 class SessionRuntime(Protocol):
     name: str
 
+    facts: RuntimeFacts        # what sweep knows of it by name (sweep/runtimes/facts.py)
+
     def capabilities(self, options: dict) -> RuntimeCapabilities: ...
 
     def check_options(self, options: dict) -> None: ...          # ConfigError on bad options
@@ -217,12 +224,30 @@ THROTTLE_STATUSES = {429, 529}          # capacity: wait and retry the role late
 CONFIG_STATUSES = {401, 402, 403}       # the key or the account: the operator must act
 
 
+# What users of the agent CLIs may try to hand a session, and why the plan refuses it (no dead
+# settings): a session runs with sweep's command line only, no settings, hooks or MCP servers,
+# from the plan or from the PR's workspace (.claude/, .mcp.json, .codex/ are ignored: docs/agents.md).
+_NO_CONFIG = ("a session gets no settings, hooks or MCP servers, from the plan or from the PR's "
+              ".claude/, .mcp.json or .codex/; its tools come from the role's manifest (tools, network)")
+NOT_GIVEN_TO_AGENTS = {
+    "mcp_servers": "MCP servers per role are not implemented yet; " + _NO_CONFIG,
+    "mcp": "MCP servers per role are not implemented yet; " + _NO_CONFIG,
+    "mcp_config": "MCP servers per role are not implemented yet; " + _NO_CONFIG,
+    "hooks": "hooks would run commands the role's tools do not allow; " + _NO_CONFIG,
+    "settings": _NO_CONFIG,
+    "permissions": "the role's manifest says what it may do (tools); " + _NO_CONFIG,
+}
+
+
 def check_cli_options(cli: str, options: dict, types: dict[str, type | tuple[type, ...]],
                       efforts: tuple[str, ...]) -> None:
     """The option checks every agent CLI shares: known keys of the right type, a model name, an
     effort level, an http(s) base_url, bounded retries and timeouts, a command name or absolute path.
     ConfigError names the field."""
     for key, value in options.items():
+        if key in NOT_GIVEN_TO_AGENTS:
+            raise ConfigError(f"{cli} option {key!r} is not supported: {NOT_GIVEN_TO_AGENTS[key]}",
+                              field=f"runtime_options.{key}", hint="remove it from the plan")
         if key not in types:
             raise ConfigError(f"unknown {cli} option {key!r}; known: {', '.join(sorted(types))}",
                               field=f"runtime_options.{key}")
@@ -244,6 +269,38 @@ def check_cli_options(cli: str, options: dict, types: dict[str, type | tuple[typ
     binary = options.get("binary")
     if binary is not None and (not binary or ("/" in binary and not os.path.isabs(binary))):
         raise ConfigError("binary must be a command name or an absolute path", field="runtime_options.binary")
+
+
+def check_wire_options(options: dict) -> None:
+    """`prices` (sweep/runtimes/wire/prices.py) and `ca_file` (the CA the relay checks the model
+    endpoint's certificate against, instead of the system bundle): ConfigError naming the field."""
+    from sweep.runtimes.wire.prices import check_prices
+    if "prices" in options:
+        check_prices(options["prices"])
+    ca_file = options.get("ca_file")
+    if ca_file is not None and not (os.path.isabs(ca_file) and os.path.isfile(ca_file)):
+        raise ConfigError(f"ca_file {ca_file!r} is not an absolute path to a file (PEM certificates)",
+                          field="runtime_options.ca_file")
+
+
+def session_cost_limit(role_cap: float | None, allocation_limit: float | None) -> float | None:
+    """What one session may spend: min(the role's cap, what the controller says the run's allocation
+    has left for it), or whichever is known."""
+    known = [x for x in (role_cap, allocation_limit) if x is not None]
+    return min(known) if known else None
+
+
+STALL_SHARE_OF_WALLTIME = 0.5
+
+
+def stall_limit(options: dict, defaults: dict, walltime_s: float) -> float:
+    """How long a silent CLI stream may last before the session is stopped as an outage (a park,
+    not an attempt). The plan's `stall_s` as given (it must stay above the longest tool call, which
+    is silent on the stream); the default is capped at half the role's walltime, so a silent endpoint parks the role before
+    the walltime kill would spend an attempt (the reviewer's 900 s walltime equals claude's 900 s)."""
+    if "stall_s" in options:
+        return float(options["stall_s"])
+    return float(min(defaults["stall_s"], walltime_s * STALL_SHARE_OF_WALLTIME))
 
 
 def find_binary(binary: str) -> str | None:

@@ -43,16 +43,21 @@ from pathlib import Path
 from runstate.errors import ConfigError
 from roles.spec import tool_base
 from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
-                                 JsonLines, check_cli_options, class_of_status, endpoint_of, feed_stdout, find_binary)
+                                 JsonLines, check_cli_options, check_wire_options, class_of_status, endpoint_of,
+                                 feed_stdout, find_binary, session_cost_limit, stall_limit)
+from sweep.runtimes.facts import AgentCli, RuntimeFacts
 
 # The CLI versions sweep's flag mapping and stream parser were tested with (tests/fixtures/streams).
+PACKAGE = "@anthropic-ai/claude-code"
 PINNED_VERSION = "2.1.197"
+DEFAULT_ENDPOINT = "https://api.anthropic.com"
 SUPPORTED_RANGE = ((2, 1, 0), (2, 2, 0))       # [min, max): outside it `sweep doctor` warns
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 CONFIG_DIR_NAME = "claude-config"
 DEFAULTS = {"max_retries": 2, "request_timeout_s": 300.0, "stall_s": 900.0, "binary": "claude"}
 _OPTION_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "effort": str, "base_url": str, "max_retries": int,
-                 "request_timeout_s": (int, float), "stall_s": (int, float), "binary": str}
+                 "request_timeout_s": (int, float), "stall_s": (int, float), "binary": str,
+                 "prices": dict, "ca_file": str}
 # The assistant-message `error` values the CLI sets on an API failure.
 ERROR_CLASSES = {"rate_limit": "throttle", "overloaded": "throttle", "server_error": "outage",
                  "authentication_failed": "config", "billing_error": "config", "invalid_request": "failure",
@@ -62,6 +67,7 @@ MAX_DENIALS_KEPT = 20
 
 def check_claude_options(options: dict) -> None:
     check_cli_options("claude-code", options, _OPTION_TYPES, EFFORTS)
+    check_wire_options(options)
 
 
 def install_root(exe: str) -> Path:
@@ -97,11 +103,16 @@ def tools_flags(tools: list[str]) -> tuple[str, str]:
 
 def api_endpoint(base_url: str | None) -> str:
     """The one HOST:PORT a session in network "api" may reach: the model API's (docs/security.md)."""
-    return endpoint_of(base_url or "https://api.anthropic.com")
+    return endpoint_of(base_url or DEFAULT_ENDPOINT)
 
 
 class ClaudeCodeRuntime:
     name = "claude-code"
+    # the Messages API: relayed, and its cost metered at the wire (sweep/runtimes/wire)
+    facts = RuntimeFacts(paid=True, host_only=False, protocol_classified=True, key_families=("anthropic",),
+                         default_endpoint=DEFAULT_ENDPOINT, cost="metered", wire_protocol="anthropic",
+                         cli=AgentCli(PACKAGE, PINNED_VERSION, SUPPORTED_RANGE, str(DEFAULTS["binary"]),
+                                      find=find_binary, install_root=install_root))
 
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         # --tools restricts the built-in set, --max-turns and --max-budget-usd are the CLI's own
@@ -119,7 +130,7 @@ class ClaudeCodeRuntime:
         if exe is None:
             raise ConfigError(f"the claude CLI ({opts['binary']!r}) is not installed or not executable",
                               field="runtime_options.binary",
-                              hint="npm install -g @anthropic-ai/claude-code@" + PINNED_VERSION)
+                              hint=f"npm install -g {PACKAGE}@{PINNED_VERSION}")
         session_id = str(uuid.uuid4())
         tools, allowed = tools_flags(role.tools)
         argv = [exe, "-p", "--output-format", "stream-json", "--verbose", "--session-id", session_id,
@@ -128,8 +139,9 @@ class ClaudeCodeRuntime:
                 "--setting-sources", "user", "--strict-mcp-config"]
         if role.budget.max_turns is not None:
             argv += ["--max-turns", str(role.budget.max_turns)]
-        if role.budget.cost_cap_usd is not None:
-            argv += ["--max-budget-usd", f"{role.budget.cost_cap_usd:g}"]
+        cap = session_cost_limit(role.budget.cost_cap_usd, req.cost_limit_usd)
+        if cap is not None:
+            argv += ["--max-budget-usd", f"{cap:g}"]
         if role.output_schema is not None:
             argv += ["--json-schema", json.dumps(role.output_schema, separators=(",", ":"), sort_keys=True)]
         if opts.get("model"):
@@ -146,12 +158,19 @@ class ClaudeCodeRuntime:
             "DISABLE_ERROR_REPORTING": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         }
-        if opts.get("base_url"):
-            env["ANTHROPIC_BASE_URL"] = opts["base_url"]
+        if req.wire is not None:
+            # the relay holds the key and meters the wire; the CLI insists on a key: a placeholder
+            env["ANTHROPIC_BASE_URL"] = req.wire.base_url
+            env["ANTHROPIC_API_KEY"] = req.wire.placeholder
+            endpoints = [req.wire.endpoint] if req.wire.endpoint else []
+        else:
+            if opts.get("base_url"):
+                env["ANTHROPIC_BASE_URL"] = opts["base_url"]
+            endpoints = [api_endpoint(opts.get("base_url"))]
         return Invocation(argv=argv, env=env, read_paths=[files.instructions, install_root(exe)],
-                          network="api", endpoints=[api_endpoint(opts.get("base_url"))], stdin_path=files.prompt,
-                          state_paths=[config_dir],
-                          sandbox_env={"IS_SANDBOX": "1"}, idle_timeout_s=float(opts["stall_s"]))
+                          network="api", endpoints=endpoints, stdin_path=files.prompt,
+                          state_paths=[config_dir], sandbox_env={"IS_SANDBOX": "1"},
+                          idle_timeout_s=stall_limit(req.runtime_options or {}, DEFAULTS, role.budget.walltime_s))
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
         stream = ClaudeStream()
@@ -160,8 +179,10 @@ class ClaudeCodeRuntime:
         report = stream.provenance()
         report["config_dir"] = str(files.session_dir / CONFIG_DIR_NAME)
         if stream.session_id:
+            # claude keys its transcripts by the working directory: resumed elsewhere, it finds none
             report["resume"] = {"session_id": stream.session_id, "config_dir": report["config_dir"],
-                                "how": "CLAUDE_CONFIG_DIR=<config_dir> claude --resume <session_id>"}
+                                "cwd": str(Path(req.workspace).resolve()),
+                                "how": "cd <cwd> && CLAUDE_CONFIG_DIR=<config_dir> claude --resume <session_id>"}
         parsed.report = report
         return parsed
 
@@ -326,6 +347,16 @@ def classify_stream(stream: ClaudeStream, outcome) -> Parsed:
         return fail(_class_from_signs(stream) or "failure", "no_result",
                     f"claude exited {outcome.rc} without a result event ({_last_signs(stream)})")
     said = (r.text or "")[:300]
+    # What sweep saw decides, not what was printed: the CLI's tools share its pid namespace and uid,
+    # so a result line can be forged into its stdout (/proc/<pid>/fd/1) before the CLI is killed.
+    # A CLI ended by a signal sweep did not send says nothing trustworthy; a success line from a
+    # CLI that exited non-zero is not a finished session.
+    rc, sig = getattr(outcome, "rc", None), getattr(outcome, "signal", None)
+    if sig or (rc is not None and rc >= 128):
+        return fail("failure", "cli_killed", f"claude was killed ({f'signal {sig}' if sig else f'status {rc}'}) "
+                                             "by something other than sweep; its result line is not read")
+    if rc != 0 and not r.is_error and r.subtype == "success":
+        return fail("failure", "cli_exit", f"claude printed a success result but exited with status {rc}")
     if not r.is_error and r.subtype == "success":
         return replace(failed, ok=True, evidence=f"claude: {turns} turns, {cost} USD", output=r.structured_output)
     if r.subtype == "error_max_turns":

@@ -25,7 +25,8 @@ What codex cannot do itself, sweep does, and the capability check says so:
   (`-s danger-full-access`) ONLY when sweep's sandbox really encloses the session; otherwise
   codex keeps its own (`workspace-write`).
 The prompt goes on stdin (`codex exec -`: a file, so it ends; one argv element is capped at
-128 KiB). CODEX_HOME is per session, in the session directory (kept: `codex exec resume ID`).
+128 KiB). CODEX_HOME is per session, in the session directory (kept: `codex exec resume ID`); its
+config.toml names the workspace untrusted, so a PR's `.codex/config.toml` is never loaded.
 Classification reads `turn.failed` / `error` events only (their HTTP status), never agent text.
 """
 from __future__ import annotations
@@ -38,16 +39,19 @@ from pathlib import Path
 
 from runstate.errors import ConfigError
 from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
-                                 JsonLines, check_cli_options, class_of_status, endpoint_of, feed_stdout, find_binary)
+                                 JsonLines, check_cli_options, check_wire_options, class_of_status, endpoint_of,
+                                 feed_stdout, find_binary, session_cost_limit, stall_limit)
+from sweep.runtimes.facts import AgentCli, RuntimeFacts
 
+PACKAGE = "@openai/codex"
 PINNED_VERSION = "0.171.0"
+DEFAULT_ENDPOINT = "https://api.openai.com/v1"
 SUPPORTED_RANGE = ((0, 171, 0), (0, 172, 0))
 EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
 HOME_NAME = "codex-home"
 DEFAULTS = {"max_retries": 1, "stall_s": 600.0, "binary": "codex"}
 _OPTION_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "effort": str, "base_url": str, "max_retries": int, "stall_s": (int, float),
-                 "binary": str, "prices": dict}
-PRICE_KEYS = ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok")
+                 "binary": str, "prices": dict, "ca_file": str}
 STEP_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search", "agent_message"}
 _STATUS_RE = re.compile(r"\b(?:status:?|status code:?)\s*(\d{3})\b|\b(\d{3}) (?:Too Many Requests|Unauthorized|"
                         r"Forbidden|Internal Server Error|Bad Gateway|Service Unavailable|Gateway Timeout)\b")
@@ -79,6 +83,16 @@ def package_root(exe: str) -> Path:
     return path.parent
 
 
+def cli_version(exe: str) -> str | None:
+    """The version of the npm package the native binary belongs to (codex's events carry none)."""
+    try:
+        data = json.loads((package_root(exe) / "package.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    version = data.get("version") if isinstance(data, dict) else None
+    return version[:40] if isinstance(version, str) else None
+
+
 def strict_schema(schema: dict) -> dict:
     """The Responses API's strict mode needs every object closed and every property required:
     optional properties become nullable. sweep still validates the result against the original."""
@@ -103,14 +117,16 @@ def strict_schema(schema: dict) -> dict:
     return out
 
 
-def cost_of(usage: dict, prices: dict | None) -> float | None:
-    if not prices:
+def cost_of(usage: dict, prices: dict | None, model: str | None = None) -> float | None:
+    """codex's own usage events priced (its self-report; a relayed session is charged what the
+    relay metered). None without a price for the model."""
+    from sweep.runtimes.wire.prices import cost_usd, price_for
+    price = price_for(model, prices) if prices or model else None
+    if price is None:
         return None
     cached = usage.get("cached_input_tokens", 0) or 0
     fresh = max(0, (usage.get("input_tokens", 0) or 0) - cached)
-    out = (usage.get("output_tokens", 0) or 0)
-    return (fresh * prices.get("input_per_mtok", 0) + cached * prices.get("cached_input_per_mtok",
-            prices.get("input_per_mtok", 0)) + out * prices.get("output_per_mtok", 0)) / 1e6
+    return cost_usd(price, fresh_input=fresh, cached_input=cached, cache_write=0, output=usage.get("output_tokens", 0) or 0)
 
 
 def model_flags(opts: dict) -> list[str]:
@@ -128,6 +144,18 @@ def model_flags(opts: dict) -> list[str]:
     return flags
 
 
+def distrust_workspace(home: Path, workspace: Path) -> None:
+    """The session's CODEX_HOME/config.toml names the workspace and every directory above it
+    explicitly untrusted: codex then loads no project `.codex/config.toml` from the PR (its MCP
+    servers, `notify` command, instructions, provider), and `--trust` could not change that.
+    codex's default for a directory it has never seen is the same; this makes it hold whatever
+    the default becomes, and for whichever ancestor codex takes as the project's root."""
+    from runstate.files import make_private_dir, write_atomic
+    make_private_dir(home)
+    lines = [f"[projects.{json.dumps(str(p))}]\ntrust_level = \"untrusted\"\n" for p in (workspace, *workspace.parents)]
+    write_atomic(home / "config.toml", "\n".join(lines).encode())
+
+
 def resume_argv(exe: str, opts: dict, thread_id: str) -> list[str]:
     """`codex exec resume`: the kept thread continued with the same endpoint and model, the next
     prompt on stdin. It takes no -C (run it in the workspace) and no -s: outside sweep's sandbox
@@ -138,6 +166,11 @@ def resume_argv(exe: str, opts: dict, thread_id: str) -> list[str]:
 
 class CodexRuntime:
     name = "codex"
+    # the Responses API: relayed, and its cost metered at the wire (sweep/runtimes/wire)
+    facts = RuntimeFacts(paid=True, host_only=False, protocol_classified=True, key_families=("openai",),
+                         default_endpoint=DEFAULT_ENDPOINT, cost="metered", wire_protocol="openai",
+                         cli=AgentCli(PACKAGE, PINNED_VERSION, SUPPORTED_RANGE, str(DEFAULTS["binary"]),
+                                      find=native_binary, install_root=package_root))
 
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         # no tool list; turns and cost are enforced by sweep (see the module docstring)
@@ -146,14 +179,7 @@ class CodexRuntime:
 
     def check_options(self, options: dict) -> None:
         check_cli_options("codex", options, _OPTION_TYPES, EFFORTS)
-        prices = options.get("prices")
-        if prices is not None:
-            bad = [k for k, v in prices.items() if k not in PRICE_KEYS or isinstance(v, bool)
-                   or not isinstance(v, (int, float)) or not 0 <= v < 10_000]
-            if bad or "input_per_mtok" not in prices or "output_per_mtok" not in prices:
-                raise ConfigError("prices needs input_per_mtok and output_per_mtok (and optionally "
-                                  "cached_input_per_mtok), USD per million tokens, each 0-10000",
-                                  field="runtime_options.prices")
+        check_wire_options(options)
 
     def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
         opts = {**DEFAULTS, **(req.runtime_options or {})}
@@ -161,11 +187,21 @@ class CodexRuntime:
         exe = native_binary(opts["binary"])
         if exe is None:
             raise ConfigError(f"the codex CLI ({opts['binary']!r}) or its native binary is not installed",
-                              field="runtime_options.binary", hint="npm install -g @openai/codex@" + PINNED_VERSION)
+                              field="runtime_options.binary", hint=f"npm install -g {PACKAGE}@{PINNED_VERSION}")
         home = files.session_dir / HOME_NAME
         workspace = str(Path(req.workspace).resolve())
+        env = {"CODEX_HOME": str(home)}
+        distrust_workspace(home, Path(workspace))
+        if req.wire is not None:
+            # the relay holds the key and meters the wire; the custom provider's env_key must be set
+            wire_opts = {**opts, "base_url": req.wire.base_url}
+            env["OPENAI_API_KEY"] = req.wire.placeholder
+            endpoints = [req.wire.endpoint] if req.wire.endpoint else []
+        else:
+            wire_opts = opts
+            endpoints = [endpoint_of(opts.get("base_url") or DEFAULT_ENDPOINT)]
         common = ["exec", "--json", "--skip-git-repo-check", "-C", workspace, "-o", output_path,
-                  *model_flags(opts)]
+                  *model_flags(wire_opts)]
         read_paths = [package_root(exe)]
         if role.output_schema is not None:
             strict = files.session_dir / "output_schema.strict.json"
@@ -180,15 +216,20 @@ class CodexRuntime:
                                + files.prompt.read_bytes())
         os.chmod(stdin_file, 0o600)
         own_sandbox = "read-only" if role.read_only else "workspace-write"
-        watch = CodexWatch(role.budget.max_turns, role.budget.cost_cap_usd, opts.get("prices"))
-        return Invocation(argv=[exe, *common, "-s", "danger-full-access", "-"], env={"CODEX_HOME": str(home)},
+        # a relayed session's cost is bound at the wire (the relay refuses past the limit); codex's
+        # own events only price it when it is not relayed
+        cap = None if req.wire is not None else session_cost_limit(role.budget.cost_cap_usd, req.cost_limit_usd)
+        watch = CodexWatch(role.budget.max_turns, cap, opts.get("prices"), opts.get("model"))
+        return Invocation(argv=[exe, *common, "-s", "danger-full-access", "-"], env=env,
                           unsandboxed_argv=[exe, *common, "-s", own_sandbox, "-"], read_paths=read_paths,
-                          network="api", endpoints=[endpoint_of(opts.get("base_url") or "https://api.openai.com")],
+                          network="api", endpoints=endpoints,
                           stdin_path=stdin_file, state_paths=[home],
-                          idle_timeout_s=float(opts["stall_s"]), stdout_watch=watch.feed)
+                          idle_timeout_s=stall_limit(req.runtime_options or {}, DEFAULTS, role.budget.walltime_s),
+                          stdout_watch=watch.feed)
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
-        stream = CodexStream(prices=(req.runtime_options or {}).get("prices"))
+        options = req.runtime_options or {}
+        stream = CodexStream(prices=options.get("prices"), model=options.get("model"))
         feed_stdout(files, stream.feed_line)
         output = None
         if req.role.output_schema is not None:
@@ -197,10 +238,11 @@ class CodexRuntime:
             except (OSError, ValueError):
                 output = None
         parsed = classify_codex(stream, outcome, output)
-        parsed.report = {**stream.provenance(), "codex_home": str(files.session_dir / HOME_NAME)}
+        opts = {**DEFAULTS, **(req.runtime_options or {})}
+        exe = native_binary(opts["binary"]) or opts["binary"]
+        parsed.report = {**stream.provenance(), "codex_home": str(files.session_dir / HOME_NAME),
+                         "cli_version": cli_version(exe), "model": opts.get("model")}
         if stream.thread_id:
-            opts = {**DEFAULTS, **(req.runtime_options or {})}
-            exe = native_binary(opts["binary"]) or opts["binary"]
             parsed.report["resume"] = {"thread_id": stream.thread_id, "codex_home": parsed.report["codex_home"],
                                        "cwd": str(Path(req.workspace).resolve()),
                                        "argv": resume_argv(exe, opts, stream.thread_id),
@@ -211,6 +253,7 @@ class CodexRuntime:
 @dataclass
 class CodexStream(JsonLines):
     prices: dict | None = None
+    model: str | None = None              # the model asked for (codex's events do not name it)
     thread_id: str | None = None
     steps: int = 0
     turns_completed: int = 0
@@ -252,7 +295,7 @@ class CodexStream(JsonLines):
 
     @property
     def cost_usd(self) -> float | None:
-        return cost_of(self.usage, self.prices)
+        return cost_of(self.usage, self.prices, self.model)
 
     def provenance(self) -> dict:
         return {"runtime": "codex", "thread_id": self.thread_id, "steps": self.steps,
@@ -270,8 +313,9 @@ class CodexWatch:
     """Live enforcement on the event stream: stop at the turn cap, the cost cap, or when codex keeps
     reconnecting to an endpoint it cannot reach (it never gives up by itself)."""
 
-    def __init__(self, max_turns: int | None, cost_cap: float | None, prices: dict | None) -> None:
-        self.stream = CodexStream(prices=prices)
+    def __init__(self, max_turns: int | None, cost_cap: float | None, prices: dict | None,
+                 model: str | None = None) -> None:
+        self.stream = CodexStream(prices=prices, model=model)
         self.max_turns = max_turns
         self.cost_cap = cost_cap
         self._buffer = b""
@@ -313,6 +357,12 @@ def classify_codex(stream: CodexStream, outcome, output) -> Parsed:
         return fail("failure", "stopped", stopped)
     if getattr(outcome, "timed_out", False):
         return fail("failure", "walltime", "killed at the walltime")
+    rc, sig = getattr(outcome, "rc", None), getattr(outcome, "signal", None)
+    if sig or (rc is not None and rc >= 128):
+        # killed by something other than sweep (its own tools share its uid): the events it
+        # printed, or that were written into its stdout, are not read for a class
+        return fail("failure", "cli_killed", f"codex was killed ({f'signal {sig}' if sig else f'status {rc}'}) "
+                                             "by something other than sweep")
     if stream.failures:
         message = stream.failures[-1]
         status = status_in(message)

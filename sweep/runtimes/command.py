@@ -35,6 +35,7 @@ from pathlib import Path
 from runstate.errors import ConfigError
 from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
 from sweep.runtimes.classify import classify_text
+from sweep.runtimes.facts import RuntimeFacts
 
 PLACEHOLDERS = ("prompt_file", "instructions_file", "schema_file", "workspace", "output_file",
                 "tools", "max_turns", "cost_cap_usd", "walltime_s", "role")
@@ -60,6 +61,10 @@ def substitute(template: list[str], values: dict[str, str]) -> list[str]:
 
 class CommandRuntime:
     name = "command"
+    # any CLI: it may spend money (so it needs a reservation), gets the role's key family, reports
+    # its cost on a `sweep_usage` line if it can (else it is charged the whole reservation)
+    facts = RuntimeFacts(paid=True, host_only=False, protocol_classified=False, key_families=None,
+                         cost="reported", grant_hint="pass {{{what}}} in the command's argv template")
 
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         return RuntimeCapabilities(restricts_tools=_uses(options, "tools"), structured_output=True,

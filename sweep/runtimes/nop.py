@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from runstate.errors import ConfigError
 from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
+from sweep.runtimes.facts import RuntimeFacts
 
 
 class NopRuntime:
     name = "nop"
+    facts = RuntimeFacts(paid=False, host_only=True, protocol_classified=False)
 
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         # Doing nothing honours every restriction: no tools used, no turns, no cost, no network.

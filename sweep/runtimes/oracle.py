@@ -18,6 +18,7 @@ from pathlib import Path
 from runstate.errors import ConfigError
 from runstate.models import PIPELINE_ROLES
 from sweep.runtimes.base import Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest
+from sweep.runtimes.facts import RuntimeFacts
 
 ORACLE_ROLES = frozenset(PIPELINE_ROLES)
 # The directory holding the `sweep`, `roles` and `runstate` packages, for the child's PYTHONPATH.
@@ -26,6 +27,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 class OracleRuntime:
     name = "oracle"
+    # sweep's own code (the child imports this installation): free, on this host, the one solver
+    # that is given the reference solution (the control that must score 1)
+    facts = RuntimeFacts(paid=False, host_only=True, protocol_classified=False, reference_solution=True,
+                          mechanical=True)
 
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         # Deterministic code: it uses no agent tools, takes no turns, costs nothing, needs no network.

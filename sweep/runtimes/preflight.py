@@ -1,11 +1,14 @@
 """Preflight of the agent CLIs a campaign uses: `sweep init` (errors only) and `sweep doctor`.
 
-For each (role, runtime) pair the plan uses with `claude-code` or `codex`:
+For each (role, runtime) pair the plan uses with a runtime that drives an agent CLI (its facts
+name one: `RuntimeFacts.cli`, sweep/runtimes/facts.py), e.g. `claude-code` or `codex`:
 - the CLI is found (a missing binary is a config error up front, never an attempt or an outage);
 - it runs INSIDE the sandbox (`--version` through the local provider, with the install dir as its
   only extra read path): a CLI installed under /tmp, say, is visible on the host and not in there;
 - its version is in the pinned range (outside: a warning, the parser may not know its events);
-- the key family's secret is present (the plan's [secrets] entry, else the caller's environment);
+- the key family's secret is named: `sweep init` refuses a runtime whose family (claude-code:
+  anthropic, codex: openai, whatever the manifest says) has no [secrets] entry, naming role,
+  runtime and family (`missing_key_families`); doctor checks the entry's file or variable;
 - doctor only: the model endpoint (base_url) accepts a TCP connection.
 """
 from __future__ import annotations
@@ -15,12 +18,8 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
-AGENT_RUNTIMES = ("claude-code", "codex")
-DEFAULT_ENDPOINTS = {"claude-code": "https://api.anthropic.com", "codex": "https://api.openai.com/v1"}
-FAMILY_OF = {"claude-code": "anthropic", "codex": "openai"}
 KEY_VARIABLES = {"anthropic": ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN"),
                  "openai": ("OPENAI_API_KEY", "CODEX_API_KEY")}
 
@@ -38,10 +37,12 @@ def _uses(settings, candidates) -> list[tuple[str, str, str, dict]]:
     # frozen candidates carry their options merged over the defaults: they are what runs
     sources = ([(f"candidates.{i}", c.options) for i, c in enumerate(candidates)] if candidates
                else [("defaults", settings.defaults)])
+    from runstate.models import PIPELINE_ROLES
+    from sweep.runtimes.facts import RUNTIMES, facts_of
     for where, opts in sources:
-        for role in ("author", "reviewer", "solver"):
+        for role in PIPELINE_ROLES:
             runtime = getattr(opts.runtimes, role)
-            if runtime not in AGENT_RUNTIMES:
+            if runtime not in RUNTIMES or facts_of(runtime).cli is None:
                 continue
             options = dict(opts.runtime_options.get(role, {}))
             key = (role, runtime, repr(sorted(options.items())))
@@ -52,12 +53,40 @@ def _uses(settings, candidates) -> list[tuple[str, str, str, dict]]:
     return out
 
 
-def _module(runtime: str) -> tuple[Any, Any, Any]:
-    if runtime == "claude-code":
-        from sweep.runtimes import claude_code
-        return claude_code, claude_code.find_binary, claude_code.install_root
-    from sweep.runtimes import codex
-    return codex, codex.native_binary, codex.package_root
+def missing_key_families(settings, candidates=None, roles_dir: Path | None = None) -> list[tuple[str, str, str, str]]:
+    """(where, role, runtime, family) for each role the plan gives a runtime that needs a key
+    (its facts name key families: claude-code, codex) whose family has no `[secrets]` entry.
+
+    Without one the session would reach its endpoint keyless (or with whatever key the tick's
+    environment happens to hold) and the role would only park as a config error on the endpoint's
+    401, after a whole campaign was admitted. Runtimes that take no key (oracle, nop) or any family
+    the manifest names (command, which may run a CLI that needs none) are not concerned."""
+    from roles import load_manifest, shipped_manifests_dir
+    from runstate.models import PIPELINE_ROLES
+    from sweep.runtimes import key_family_of
+    from sweep.runtimes.facts import RUNTIMES, facts_of
+    manifests = Path(roles_dir) if roles_dir is not None else shipped_manifests_dir()
+    have = set(getattr(settings, "secrets", None) or {})
+    sources = ([(f"candidates.{i}", c.options) for i, c in enumerate(candidates)] if candidates
+               else [("defaults", settings.defaults)])
+    seen: set[tuple[str, str]] = set()
+    specs: dict = {}
+    out = []
+    for where, opts in sources:
+        for role in PIPELINE_ROLES:
+            runtime = getattr(opts.runtimes, role)
+            families = facts_of(runtime).key_families if runtime in RUNTIMES else None
+            if (role, runtime) in seen or not families:
+                continue
+            seen.add((role, runtime))
+            if role not in specs:
+                path = manifests / f"{role}.toml"
+                specs[role] = load_manifest(path) if path.is_file() else None
+            spec = specs[role]
+            family = key_family_of(spec, runtime) if spec is not None else families[0]
+            if family not in have:
+                out.append((f"{where}.runtimes.{role}", role, runtime, family))
+    return out
 
 
 def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sandbox: bool = True,
@@ -66,11 +95,14 @@ def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sand
     shipped ones, which `init` copies), so a runtime that cannot honour a role is caught here."""
     from roles import load_manifest, shipped_manifests_dir
     from runstate.errors import ConfigError
-    from sweep.runtimes import check_runtime_supports, get_runtime
+    from sweep.runtimes import check_runtime_supports, facts_of, get_runtime
     findings: list[Finding] = []
     manifests = Path(roles_dir) if roles_dir is not None else shipped_manifests_dir()
     for where, role, runtime, options in _uses(settings, candidates):
-        mod, find, root_of = _module(runtime)
+        facts = facts_of(runtime)
+        cli, families = facts.cli, facts.key_families or ()
+        if cli is None or not families or facts.default_endpoint is None:
+            continue        # not reached: _uses yields only runtimes that drive an agent CLI (which have both)
         try:
             get_runtime(runtime).check_options(options)
             path = manifests / f"{role}.toml"
@@ -80,34 +112,27 @@ def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sand
         except ConfigError as exc:
             findings.append(Finding("error", where, f"{exc}"))
             continue
-        if spec is not None and spec.key_family != FAMILY_OF[runtime]:
-            # at init the shipped manifest is checked, which the operator may still edit in the
-            # campaign's roles/: a warning there, an error for the manifests in force (doctor)
-            findings.append(Finding("error" if roles_dir is not None else "warn", where,
-                                    f"{runtime} needs key_family = \"{FAMILY_OF[runtime]}\" but role {role} has "
-                                    f"\"{spec.key_family}\" (edit roles/{role}.toml of the campaign)"))
-        binary = options.get("binary", mod.DEFAULTS["binary"])
-        exe = find(binary)
+        binary = options.get("binary", cli.default_binary)
+        exe = cli.find(binary)
         if exe is None:
-            package = "@anthropic-ai/claude-code" if runtime == "claude-code" else "@openai/codex"
             findings.append(Finding("error", where, f"the {runtime} CLI ({binary!r}) is not installed; "
-                                    f"npm install -g {package}@{mod.PINNED_VERSION}"))
+                                    f"npm install -g {cli.npm_spec}"))
             continue
-        version_text, why = _version_in_sandbox(exe, root_of(exe)) if sandbox else _version_on_host(exe)
+        version_text, why = _version_in_sandbox(exe, cli.install_root(exe)) if sandbox else _version_on_host(exe)
         if version_text is None:
             findings.append(Finding("error", where, f"{exe} does not run inside the sandbox: {why}"))
             continue
         got = _parse_version(version_text)
-        low, high = mod.SUPPORTED_RANGE
+        low, high = cli.supported_range
         if got is None or not (low <= got < high):
             findings.append(Finding("warn", where, f"{runtime} version {version_text.strip()[:60]!r} is outside the "
                                     f"tested range {'.'.join(map(str, low))} to <{'.'.join(map(str, high))} "
-                                    f"(pinned {mod.PINNED_VERSION}); its events may not parse"))
+                                    f"(pinned {cli.pinned_version}); its events may not parse"))
         else:
             findings.append(Finding("ok", where, f"{runtime} {'.'.join(map(str, got))} runs in the sandbox ({exe})"))
         if sandbox and spec is not None:
             findings.append(_argv_check(where, spec, path, runtime, options, settings))
-        family = FAMILY_OF[runtime]
+        family = spec.key_family if spec is not None and spec.key_family in families else families[0]
         secret = (getattr(settings, "secrets", None) or {}).get(family)
         if secret is not None and secret.file is not None:
             from sweep.credentials import secret_file_problem     # exists, a regular file, yours, 0600
@@ -126,7 +151,7 @@ def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sand
                                                                 f"no [secrets].{family} in the plan and none of "
                                                                 f"{', '.join(KEY_VARIABLES[family])} set here")))
         if reach:
-            url = options.get("base_url") or DEFAULT_ENDPOINTS[runtime]
+            url = options.get("base_url") or facts.default_endpoint
             findings.append(_reachable(where, url))
     return findings
 
@@ -153,11 +178,12 @@ def _argv_check(where: str, spec, manifest: Path, runtime: str, options: dict, s
     CLI is broken, which is a config error now rather than a stream of parks later.
     """
     from roles import manifest_sha256
-    from sweep.runtimes import SessionRequest, run_session
+    from sweep.runtimes import SessionRequest, facts_of, run_session
     with socket.socket() as sock:       # a loopback port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    dead = f"http://127.0.0.1:{port}" + ("/v1" if runtime == "codex" else "")
+    # the path of its default endpoint kept (codex's base_url ends in /v1, claude's has none)
+    dead = f"http://127.0.0.1:{port}" + urlsplit(facts_of(runtime).default_endpoint or "").path.rstrip("/")
     probe_options = {**options, "base_url": dead, "max_retries": 0, "stall_s": 20}
     base = _scratch_base()
     try:

@@ -24,8 +24,9 @@ import json
 import shutil
 import stat
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from roles import bind_roots, scope_matches, validate_instance
 from roles.manifests import manifest_sha256
@@ -35,13 +36,14 @@ from sweep.providers import audit
 from sweep.execution import DEFAULT_LIMITS, ExecResult, ExecSpec, FromEnv, read_secret
 from sweep.redact import Redactor
 from sweep.tree import walk_tree
-from sweep.runtimes.base import Parsed, SessionFiles, SessionRequest, SessionResult, sane_cost, sane_turns
+from sweep.runtimes.base import Invocation, Parsed, SessionFiles, SessionRequest, SessionResult, sane_cost, sane_turns
 from sweep.credentials import passthrough_for
 from sweep.runtimes.classify import classify_text
+from sweep.runtimes.facts import facts_of
+from sweep.models.evidence import SessionLaunch, SessionRecord
+from sweep.runtimes.wire import open_wire
 
 EVIDENCE_LIMIT = 500
-# Runtimes whose failures are classified from their CLI's structured protocol only (never text).
-PROTOCOL_CLASSIFIED = frozenset({"claude-code", "codex"})
 MAX_LISTED_PATHS = 1000
 
 
@@ -64,10 +66,11 @@ def _dump(obj: object) -> bytes:
 
 
 def _preflight(req: SessionRequest) -> tuple[Path, Path, list[str]]:
-    from sweep.runtimes import check_runtime_supports, get_runtime
+    from sweep.runtimes import check_runtime_supports, get_runtime, with_runtime_family
 
     runtime = get_runtime(req.runtime)
     options = req.runtime_options or {}
+    req.role = with_runtime_family(req.role, req.runtime)   # codex sees openai's key, claude anthropic's
     runtime.check_options(options)
     check_runtime_supports(req.role, req.runtime, options)
     if not runtime.capabilities(options).uses_credentials:
@@ -108,67 +111,36 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     started = time.monotonic()
     workspace, session_dir, secrets = _preflight(req)
     runtime = get_runtime(req.runtime)
-    credentials = runtime.capabilities(req.runtime_options or {}).uses_credentials
     role = req.role
     scope = list(role.scope)
 
     make_private_dir(session_dir)
     files = SessionFiles(session_dir)
     redactor = Redactor(secrets)
-    # the prompt and inputs carry text from the PR and from earlier roles: no secret is handed on
-    write_atomic(files.prompt, redactor.scrub(req.prompt).encode())
-    write_atomic(files.instructions, role.instructions.encode())
-    if role.output_schema is not None:
-        write_atomic(files.output_schema, _dump(role.output_schema))
-    write_atomic(files.inputs, _dump(redactor.scrub_obj(req.inputs)))
-    if credentials:
-        passthrough = passthrough_for(role.env_allowlist, bool(req.secrets))
-    else:
-        passthrough = ()      # not even the family's variables from the controller's environment
-
-    write_roots = []
-    for root in bind_roots(scope):
-        target = workspace / root if root else workspace
-        target.mkdir(parents=True, exist_ok=True)   # a bind target must exist; made before the snapshot
-        write_roots.append(target)
-
+    write_roots = _write_inputs(req, files, redactor, workspace)
     channel = provider.open_output_channel(files.output)
     pre_copy = files.pre_session_copy
     outcome: ExecResult | None = None
-    state_paths: list[Path] = []
+    launch: _Launch | None = None
+    relay = None
     try:
-        invocation = runtime.build_invocation(req, files, channel.sandbox_path)
-        network = _network_within_role(role, invocation.network)
-        sandboxed = provider.isolation == "bwrap"
-        argv = invocation.argv if sandboxed or invocation.unsandboxed_argv is None else invocation.unsandboxed_argv
-        env = {**invocation.env, **(invocation.sandbox_env if sandboxed else {})}
-        state_paths = [Path(p) for p in invocation.state_paths]
-        for path in state_paths:
-            make_private_dir(path)
-        write_atomic(files.argv, _dump({
-            "role": role.name, "runtime": req.runtime, "manifest_sha256": req.manifest_sha256,
-            "argv": [_scrub(a, secrets) for a in argv], "cwd": str(workspace),
-            "write_paths": [str(p) for p in write_roots], "state_paths": [str(p) for p in state_paths],
-            "stdin": str(invocation.stdin_path) if invocation.stdin_path else None,
-            "read_paths": [str(p) for p in invocation.read_paths], "network": network,
-            "endpoints": list(invocation.endpoints) if network == "api" else [],
-            "env_set": sorted(env), "env_passthrough": list(passthrough),
-            "secrets": sorted(req.secrets or {}), "isolation": provider.isolation,
-            "walltime_s": role.budget.walltime_s,
-        }))
+        # an agent CLI speaking a protocol sweep knows talks to its model through the session's
+        # relay, which holds the key: the sandbox gets a placeholder and none of the family's
+        # variables, and the cost is what the relay metered
+        relay = open_wire(req, runtime, provider, req.runtime_options or {},
+                          lambda name, src: read_secret(name, src if isinstance(src, FromEnv) else Path(src)))
+        if relay is not None and relay.credential is not None:
+            secrets.append(relay.credential.value)
+            redactor = Redactor(secrets)
+        launch = _plan_launch(req, runtime, files, channel, provider, relay)
+        write_atomic(files.argv, _dump(_launch_record(req, launch, workspace, write_roots, provider, relay,
+                                                      secrets).for_disk()))
         if pre_copy.exists():
             shutil.rmtree(pre_copy)   # left by a crashed earlier attempt of this session
         make_private_dir(pre_copy)
         before = audit.snapshot(workspace, copy_to=pre_copy, copy_if=lambda rel: not scope_matches(rel, scope))
         try:
-            outcome = provider.run(ExecSpec(
-                argv=argv, cwd=workspace, timeout_s=role.budget.walltime_s,
-                write_paths=(*write_roots, *state_paths), read_paths=(files.prompt, *invocation.read_paths),
-                network=network, endpoints=tuple(invocation.endpoints) if network == "api" else (),
-                limits=req.limits or DEFAULT_LIMITS, env=env, env_passthrough=passthrough,
-                secret_env=dict(req.secrets or {}), stdout_path=files.stdout, stderr_path=files.stderr,
-                pass_fds=(channel.fd,), stdin_path=invocation.stdin_path,
-                idle_timeout_s=invocation.idle_timeout_s, stdout_watch=invocation.stdout_watch))
+            outcome = provider.run(_exec_spec(req, launch, workspace, write_roots, files, channel))
         finally:
             # The audit runs whatever happened to the run, so nothing out of scope survives it.
             after = audit.snapshot(workspace)
@@ -178,12 +150,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
             shutil.rmtree(pre_copy, ignore_errors=True)
             unsafe = _unsafe_workspace(write_roots, (req.limits or DEFAULT_LIMITS).workspace_bytes)
     finally:
-        provider.close_output_channel(channel)
-        redactor.scrub_file(files.output)      # written by the agent itself, through the channel
-        # the CLI's own state (its session transcripts with every tool's output, its config) is
-        # kept in the run directory for --resume: written by the agent, so scrubbed like the rest
-        for path in state_paths:
-            _scrub_tree(redactor, path)
+        _close_session(provider, channel, relay, redactor, files, launch.state_paths if launch else [])
 
     try:
         parsed = runtime.parse(req, files, outcome)
@@ -193,14 +160,9 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     result = _compose(req, outcome, parsed, bad, unrestored, changes, secrets,
                       time.monotonic() - started, provider)
     if outcome.limit_hit or unsafe:
-        # a bound was hit, or the workspace holds what no later step may copy: the session failed,
-        # with the reason (never a crash further on)
-        what = (f"the session hit its {outcome.limit_hit} bound ({outcome.limits_enforced.get(outcome.limit_hit, '')})"
-                if outcome.limit_hit else f"the workspace was refused: {unsafe}")
-        result.status, result.failure_class = "failed", "failure"
-        result.reason = f"limit_{outcome.limit_hit}" if outcome.limit_hit else "unsafe_workspace"
-        result.evidence = _short(what, secrets)
-        result.structured_output = None
+        _fail_on_bound(result, outcome, unsafe, secrets)
+    if relay is not None:
+        _settle_from_wire(result, parsed, relay)
     record = asdict(result)
     record.update({
         "role": role.name, "runtime": req.runtime, "rc": outcome.rc, "signal": outcome.signal,
@@ -211,9 +173,157 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
         "network_allow": getattr(outcome, "network_allow", []),
         "limit_hit": outcome.limit_hit, "limits_enforced": outcome.limits_enforced,
         "transcript": {"stdout": files.stdout.name, "stderr": files.stderr.name},
+        "wire": relay.summary() if relay is not None else None,
     })
-    write_atomic(files.result, _dump(redactor.scrub_obj(record)))
+    write_atomic(files.result, _dump(SessionRecord.model_validate(redactor.scrub_obj(record)).for_disk()))
     return result
+
+
+def _write_inputs(req: SessionRequest, files: SessionFiles, redactor: Redactor, workspace: Path) -> list[Path]:
+    """prompt.md, instructions.md, output_schema.json (judges) and inputs.json, and the workspace's
+    writable roots (made before the snapshot: a bind target must exist)."""
+    role = req.role
+    # the prompt and inputs carry text from the PR and from earlier roles: no secret is handed on
+    write_atomic(files.prompt, redactor.scrub(req.prompt).encode())
+    write_atomic(files.instructions, role.instructions.encode())
+    if role.output_schema is not None:
+        write_atomic(files.output_schema, _dump(role.output_schema))
+    write_atomic(files.inputs, _dump(redactor.scrub_obj(req.inputs)))
+    write_roots = []
+    for root in bind_roots(list(role.scope)):
+        target = workspace / root if root else workspace
+        target.mkdir(parents=True, exist_ok=True)   # a bind target must exist; made before the snapshot
+        write_roots.append(target)
+    return write_roots
+
+
+@dataclass
+class _Launch:
+    """What the session runs, decided before anything is snapshotted (argv.json records it)."""
+    invocation: Invocation
+    argv: list[str]
+    env: dict[str, str]
+    passthrough: tuple[str, ...]
+    secret_env: dict[str, Any]
+    network: str
+    state_paths: list[Path]
+
+
+def _plan_launch(req: SessionRequest, runtime, files: SessionFiles, channel, provider, relay) -> _Launch:
+    """The runtime's invocation as this provider runs it: argv (sandboxed or not), environment, the
+    key family's variables and secrets (none when the relay holds the key), network, and the CLI's
+    own state directories (made here, private)."""
+    role = req.role
+    credentials = runtime.capabilities(req.runtime_options or {}).uses_credentials
+    if credentials and relay is None:
+        passthrough = passthrough_for(role.env_allowlist, bool(req.secrets))
+    else:
+        passthrough = ()      # not even the family's variables from the controller's environment
+    secret_env = dict(req.secrets or {}) if relay is None else {}
+    invocation = runtime.build_invocation(req, files, channel.sandbox_path)
+    network = _network_within_role(role, invocation.network)
+    sandboxed = provider.isolation == "bwrap"
+    argv = invocation.argv if sandboxed or invocation.unsandboxed_argv is None else invocation.unsandboxed_argv
+    env = {**invocation.env, **(invocation.sandbox_env if sandboxed else {})}
+    state_paths = [Path(p) for p in invocation.state_paths]
+    for path in state_paths:
+        make_private_dir(path)
+    return _Launch(invocation=invocation, argv=argv, env=env, passthrough=passthrough, secret_env=secret_env,
+                   network=network, state_paths=state_paths)
+
+
+def _launch_record(req: SessionRequest, launch: _Launch, workspace: Path, write_roots: list[Path], provider,
+                   relay, secrets: list[str]) -> SessionLaunch:
+    """argv.json: what is run, with which paths, network, variable names and secret names (never a value)."""
+    invocation = launch.invocation
+    return SessionLaunch.model_validate({
+        "role": req.role.name, "runtime": req.runtime, "manifest_sha256": req.manifest_sha256,
+        "argv": [_scrub(a, secrets) for a in launch.argv], "cwd": str(workspace),
+        "write_paths": [str(p) for p in write_roots], "state_paths": [str(p) for p in launch.state_paths],
+        "stdin": str(invocation.stdin_path) if invocation.stdin_path else None,
+        "read_paths": [str(p) for p in invocation.read_paths], "network": launch.network,
+        "endpoints": list(invocation.endpoints) if launch.network == "api" else [],
+        "env_set": sorted(launch.env), "env_passthrough": list(launch.passthrough),
+        "secrets": sorted(launch.secret_env), "isolation": provider.isolation,
+        "wire": {"base_url": req.wire.base_url, "upstream": relay.upstream,
+                 "credential": relay.credential.variable if relay.credential else None,
+                 "limit_usd": relay.limit_usd} if relay is not None else None,
+        "walltime_s": req.role.budget.walltime_s,
+    })
+
+
+def _exec_spec(req: SessionRequest, launch: _Launch, workspace: Path, write_roots: list[Path],
+               files: SessionFiles, channel) -> ExecSpec:
+    """The provider's spec: only the scope's roots and the CLI's state writable, the prompt and the
+    invocation's paths readable, the output channel inherited, the walltime from the budget."""
+    invocation = launch.invocation
+    return ExecSpec(
+        argv=launch.argv, cwd=workspace, timeout_s=req.role.budget.walltime_s,
+        write_paths=(*write_roots, *launch.state_paths), read_paths=(files.prompt, *invocation.read_paths),
+        network=launch.network, endpoints=tuple(invocation.endpoints) if launch.network == "api" else (),
+        limits=req.limits or DEFAULT_LIMITS, env=launch.env, env_passthrough=launch.passthrough,
+        secret_env=launch.secret_env, stdout_path=files.stdout, stderr_path=files.stderr,
+        pass_fds=(channel.fd,), stdin_path=invocation.stdin_path,
+        idle_timeout_s=invocation.idle_timeout_s, stdout_watch=invocation.stdout_watch)
+
+
+def _close_session(provider, channel, relay, redactor: Redactor, files: SessionFiles, state_paths: list[Path]) -> None:
+    """After the sandbox, whatever happened: the relay and the output channel closed, and what the
+    agent wrote (its output, the transcripts when a relay held a key, its CLI state) scrubbed."""
+    if relay is not None:
+        relay.close()     # after the sandbox: a response still streaming is read to its end
+    provider.close_output_channel(channel)
+    redactor.scrub_file(files.output)      # written by the agent itself, through the channel
+    if relay is not None:
+        # the provider redacts the transcripts with the values in the session's environment;
+        # the relay's key is not among them (it never entered the sandbox), a copy might be
+        for transcript in (files.stdout, files.stderr):
+            redactor.scrub_file(transcript)
+    # the CLI's own state (its session transcripts with every tool's output, its config) is
+    # kept in the run directory for --resume: written by the agent, so scrubbed like the rest
+    for path in state_paths:
+        _scrub_tree(redactor, path)
+
+
+def _fail_on_bound(result: SessionResult, outcome: ExecResult, unsafe: str | None, secrets: list[str]) -> None:
+    """A bound was hit, or the workspace holds what no later step may copy: the session failed,
+    with the reason (never a crash further on)."""
+    what = (f"the session hit its {outcome.limit_hit} bound ({outcome.limits_enforced.get(outcome.limit_hit, '')})"
+            if outcome.limit_hit else f"the workspace was refused: {unsafe}")
+    result.status, result.failure_class = "failed", "failure"
+    result.reason = f"limit_{outcome.limit_hit}" if outcome.limit_hit else "unsafe_workspace"
+    result.evidence = _short(what, secrets)
+    result.structured_output = None
+
+
+def _settle_from_wire(result: SessionResult, parsed: Parsed, relay) -> None:
+    """The session's cost is what the relay metered at the plan's prices (unknown, so charged its
+    whole reservation, when a response's usage could not be read or priced); the CLI's own figure
+    is kept beside it. A request the relay refused for the budget ends the session `max_budget`."""
+    from sweep.runtimes.wire import cost_disagreement
+    wire = relay.summary()
+    report = dict(result.report or {})
+    anomalies = list(report.get("usage_anomalies") or [])
+    metered = wire["metered_cost_usd"]
+    report["self_reported_cost_usd"] = parsed.cost_usd
+    report["metered_cost_usd"] = metered
+    disagreement = cost_disagreement(metered, parsed.cost_usd if isinstance(parsed.cost_usd, (int, float)) else None)
+    if disagreement:
+        anomalies.append(disagreement)
+    if wire["complete"]:
+        result.cost_usd = metered
+    else:
+        result.cost_usd = None
+        anomalies.append("the relay could not meter every response (" + "; ".join(
+            f"request {u['n']}: {u['why']}" for u in wire["unmetered"][:3]) + "); charged the reservation")
+    if anomalies:
+        report["usage_anomalies"] = anomalies
+    result.report = report
+    if relay.budget_cut and result.status != "audit_failed":
+        result.status, result.failure_class, result.reason = "failed", "failure", "max_budget"
+        result.evidence = (f"the relay refused further requests: {metered:.4f} USD metered reached the "
+                           f"session's limit of {relay.limit_usd:g} USD")
+        result.structured_output = None
 
 
 def _scrub_tree(redactor: Redactor, root: Path) -> None:
@@ -269,7 +379,7 @@ def _compose(req: SessionRequest, outcome: ExecResult, parsed: Parsed, bad: list
         parsed.report = {**(parsed.report or {}), "usage_anomalies": anomalies}
     if outcome.launch_error:
         status, cls, reason, evidence = "failed", "config", "launch_error", outcome.launch_error
-    elif outcome.timed_out and req.runtime in PROTOCOL_CLASSIFIED:
+    elif outcome.timed_out and facts_of(req.runtime).protocol_classified:
         # an agent CLI's stream is full of tool and model text: only its parser's reading of the
         # protocol may say "outage" (e.g. the last event was an API retry), never a regex over it
         status, reason = "timeout", "walltime"

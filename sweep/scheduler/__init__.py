@@ -12,15 +12,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sweep.scheduler.base import (JobInfo, JobSpec, QueueSnapshot, Scheduler, check_job_name,
-                                  parse_gpu_count)
+from sweep.scheduler.base import (JobInfo, JobSpec, QueueSnapshot, Scheduler, SchedulerBackend,
+                                  check_job_name, parse_gpu_count)
 
 from sweep.registry import Plugin, Registry
 
 if TYPE_CHECKING:
     from sweep.models.lanes import SchedulerSettings
 
-LOCAL_JOBS_DIR = "local-jobs"   # <campaign>/local-jobs/: the local backend's job records
+
+LOCAL_JOBS_DIR = "local-jobs"     # == runstate.paths.LOCAL_JOBS_DIR (not imported: the launcher is stdlib only)
 
 # backend name -> "module:class", imported only when a campaign asks for that backend
 SCHEDULERS = Registry("scheduler backend", "scheduler.backend", {
@@ -29,8 +30,14 @@ SCHEDULERS = Registry("scheduler backend", "scheduler.backend", {
     "pyslurm": Plugin("sweep.scheduler.pyslurm:PyslurmScheduler", extra="pyslurm"),
 })
 
-__all__ = ["JobInfo", "JobSpec", "QueueSnapshot", "Scheduler", "check_job_name", "parse_gpu_count",
-           "make_scheduler", "LOCAL_JOBS_DIR", "SCHEDULERS"]
+__all__ = ["JobInfo", "JobSpec", "QueueSnapshot", "Scheduler", "SchedulerBackend", "check_job_name",
+           "parse_gpu_count", "make_scheduler", "backend", "LOCAL_JOBS_DIR", "SCHEDULERS"]
+
+
+def backend(name: str) -> SchedulerBackend:
+    """The backend `name` itself (its class): preflight, and what a running job asks of it."""
+    cls: SchedulerBackend = SCHEDULERS.load(name)
+    return cls
 
 
 def make_scheduler(settings: SchedulerSettings, campaign_dir: Path, name_prefix: str, *,
@@ -46,7 +53,8 @@ def make_scheduler(settings: SchedulerSettings, campaign_dir: Path, name_prefix:
     cls: Any = SCHEDULERS.load(backend)
     scheduler: Scheduler
     if backend == "local":
-        scheduler = cls(Path(campaign_dir) / LOCAL_JOBS_DIR, name_prefix,
+        from runstate.paths import CampaignPaths
+        scheduler = cls(CampaignPaths(campaign_dir).local_jobs, name_prefix,
                         cpu_slots=settings.local.cpu_slots, gpu_slots=settings.local.gpu_slots,
                         call_timeout=settings.call_timeout_seconds, env=env)
     elif backend == "slurm":

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, NoReturn
 
 from runstate.files import write_model_atomic
 from runstate.models import RunState, TickReport
+from runstate.paths import LOCK_FILE as LOCK_FILE, TICK_FILE as TICK_FILE, CampaignPaths
 from sweep.campaign import Campaign
 
 if TYPE_CHECKING:
+    from sweep.models.plan import CampaignFile
     from sweep.scheduler.base import Scheduler
+    from sweep.tick.plan import PlanSettings
 
-TICK_FILE = "tick.json"
-LOCK_FILE = "tick.lock"
 
 
 @dataclass
@@ -39,7 +40,7 @@ def run_tick(campaign_dir: Path, *, scheduler: Scheduler | None = None, full: bo
 
     campaign = Campaign.load(campaign_dir)             # unusable campaign -> ConfigError, exit != 0
     campaign_dir = campaign.dir
-    lock = FileLock(str(campaign_dir / LOCK_FILE), timeout=0, mode=0o600)   # docs/state.md: files 0600
+    lock = FileLock(str(campaign.paths.tick_lock), timeout=0, mode=0o600)   # docs/state.md: files 0600
     try:
         lock.acquire()
     except Timeout:
@@ -67,7 +68,7 @@ def _overran(signum: int, frame: FrameType | None) -> NoReturn:  # pragma: no co
 def _tick(campaign: Campaign, scheduler: Scheduler, full: bool = False) -> TickReport:
     from sweep.tick.act import Actor
     from sweep.tick.observe import observe, remember_endings
-    from sweep.tick.plan import PlanSettings, plan_tick
+    from sweep.tick.plan import plan_tick
 
     started = time.time()
     t0 = time.monotonic()
@@ -83,11 +84,7 @@ def _tick(campaign: Campaign, scheduler: Scheduler, full: bool = False) -> TickR
                                        budget_of(s.tick.reconcile_budget_s, s.tick.max_runtime_s))
         if reconciled.cleared:
             snap = replace(snap, sandboxes_uncertain=None)
-    cfg = PlanSettings(target_verified=s.target_verified, max_parallel=s.max_parallel,
-                       max_gpu_parallel=s.max_gpu_parallel, max_spend_usd=s.max_spend_usd,
-                       lease_ttl_s=s.tick.lease_ttl_s, submit_grace_s=s.tick.submit_grace_s,
-                       uncertain_submit_s=s.tick.uncertain_submit_s, ghost_grace_s=s.tick.ghost_grace_s)
-    actions = plan_tick(snap, cfg)
+    actions = plan_tick(snap, plan_settings(campaign.file))
     actor = Actor(campaign, scheduler, lanes=snap.lanes)
     if reconciled is not None and reconciled.ran:
         actor.done.append({"kind": "reconcile", "run_id": "",
@@ -112,6 +109,10 @@ def _tick(campaign: Campaign, scheduler: Scheduler, full: bool = False) -> TickR
     index_error = remember_endings(campaign_dir, scan, snap, full=full)
     if index_error:
         actor.errors.append(index_error)
+    from sweep.tick.queue_file import write_queue_file
+    queue_error = write_queue_file(campaign_dir, meta["queue"], snap.now, snap.capacity)
+    if queue_error:
+        actor.errors.append(queue_error)
     finished = time.time()
     report = TickReport(started_at=started, finished_at=finished, duration_s=time.monotonic() - t0,
                         host=f"{socket.gethostname()}.{os.getpid()}", squeue_known=snap.queue_known,
@@ -122,8 +123,20 @@ def _tick(campaign: Campaign, scheduler: Scheduler, full: bool = False) -> TickR
                         waiting=actor.waiting, ghosts=actor.ghosts,
                         accounting=snap.accounting, accounting_error=snap.accounting_error,
                         accounting_jobs=meta.get("accounting_jobs", 0))
-    write_model_atomic(campaign_dir / TICK_FILE, report)
+    write_model_atomic(CampaignPaths(campaign_dir).tick_report, report)
     return report
+
+
+def plan_settings(campaign: CampaignFile) -> PlanSettings:
+    """The planner's settings from the frozen plan: the tick and `sweep status` (which plans the
+    wait reasons again when it runs) must plan with the same ones."""
+    from sweep.tick.plan import PlanSettings
+    s = campaign.settings
+    return PlanSettings(target_verified=s.target_verified, max_parallel=s.max_parallel,
+                        max_gpu_parallel=s.max_gpu_parallel, max_spend_usd=s.max_spend_usd,
+                        lease_ttl_s=s.tick.lease_ttl_s, submit_grace_s=s.tick.submit_grace_s,
+                        uncertain_submit_s=s.tick.uncertain_submit_s, ghost_grace_s=s.tick.ghost_grace_s,
+                        prior_verified=len(campaign.priors))
 
 
 def summarize(report: TickReport) -> str:

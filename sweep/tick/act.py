@@ -32,28 +32,27 @@ from runstate.files import make_private_dir, read_model, write_model_atomic
 from runstate.lease import (LeaseLost, acquire_lease, hand_over_lease, reap_lease, release_lease,
                             tidy_lease_strays)
 from runstate.models import (EndReason, TickAction, Event, GhostsFile, LaneBackoff, LaneBackoffFile, RunRecord, RunState)
-from runstate.paths import LOGS_DIR, RunPaths
+from runstate.paths import GHOSTS_FILE, LANE_BACKOFF_FILE, LOGS_DIR, CampaignPaths, RunPaths
 from runstate.runs import append_event, load_record, run_dir, save_record
 from sweep.campaign import Campaign
 from sweep.tick.plan import (Adopt, Admit, CancelGhost, EndRun, GiveUpSubmission, Interrupt, NoteGhosts,
                              ReapLease, Requeue, SetHold, Waiting)
 
 if TYPE_CHECKING:
+    from sweep.models.plan import PlanSettings
     from sweep.scheduler.base import Scheduler
     from sweep.tick.plan import Action, Snapshot
 
-GHOSTS_FILE = "ghosts.json"
-LANE_BACKOFF_FILE = "lane-backoff.json"
 STRAY_WINDOW_S = 2 * 3600     # ended runs are checked for lease strays this long after their ending
 
 
 def read_lane_backoff(campaign_dir: Path) -> dict[str, LaneBackoff]:
-    loaded = read_model(Path(campaign_dir) / LANE_BACKOFF_FILE, LaneBackoffFile)
+    loaded = read_model(CampaignPaths(campaign_dir).lane_backoff, LaneBackoffFile)
     return dict(loaded.value.lanes) if loaded.value is not None else {}
 
 
 def read_ghosts(campaign_dir: Path) -> GhostsFile:
-    loaded = read_model(Path(campaign_dir) / GHOSTS_FILE, GhostsFile)
+    loaded = read_model(CampaignPaths(campaign_dir).ghosts, GhostsFile)
     return loaded.value if loaded.value is not None else GhostsFile()
 
 
@@ -68,6 +67,14 @@ def controller_argv(campaign: Campaign, run_id: str, token: str) -> list[str]:
         from sweep.runtime import controller_command
         base = controller_command(campaign.dir)
     return [*base, "--campaign", str(campaign.dir), "--token", token, run_id]
+
+
+def job_environment(settings: PlanSettings, campaign_dir: Path) -> dict[str, str]:
+    """What sweep sets in a controller job (over the tick's variables passed by name, pass_env):
+    with a declared `[environment]`, its PATH and variables, the same whether the tick runs from
+    a shell or from scrontab; and SWEEP_CAMPAIGN."""
+    env = settings.environment.job_variables() if settings.environment is not None else {}
+    return {**env, "SWEEP_CAMPAIGN": str(campaign_dir)}
 
 
 class Actor:
@@ -86,6 +93,15 @@ class Actor:
         self._sandboxes_uncertain: str | None = None    # raised during this tick (plan predates it)
         self._ghosts_to_cancel: list[CancelGhost] = []
         self._ghost_memory: GhostsFile | None = None
+        self._pass_env_names: tuple[str, ...] | None = None
+
+    def _pass_env(self) -> tuple[str, ...]:
+        """The tick's variables every controller job gets, by name (sweep/tick/jobenv.py)."""
+        if self._pass_env_names is None:
+            import os
+            from sweep.tick.jobenv import job_pass_env
+            self._pass_env_names = job_pass_env(self.campaign.settings, os.environ)
+        return self._pass_env_names
 
     def _fresh(self, action: Any) -> RunRecord | None:
         rec = load_record(run_dir(self.dir, action.run_id)).value
@@ -171,7 +187,7 @@ class Actor:
         new = rec.model_copy(update={"state": RunState.queued, "attempts": rec.attempts + 1,
                                      "canary_for": None, "last_error": a.why})
         save_record(rdir, new)
-        self._event(a.run_id, "requeued", from_state="active", to_state="queued", phase=rec.phase.value,
+        self._event(a.run_id, "requeued", from_state="active", to_state="queued", phase=rec.phase,
                     detail=f"{a.why}; attempts {new.attempts}/{new.max_attempts}")
         self.done.append({"kind": "requeue", "run_id": a.run_id, "detail": a.why})
 
@@ -183,7 +199,7 @@ class Actor:
         new = rec.model_copy(update={"state": RunState.queued, "canary_for": None, "last_error": a.why,
                                      **rec.interrupted(a.cause)})
         save_record(rdir, new)
-        self._event(a.run_id, "interrupted", from_state="active", to_state="queued", phase=rec.phase.value,
+        self._event(a.run_id, "interrupted", from_state="active", to_state="queued", phase=rec.phase,
                     detail=f"{a.cause}: {a.why}; not counted as an attempt; interruptions "
                            f"{new.interruptions}/{new.max_interruptions}")
         self.done.append({"kind": "interrupt", "run_id": a.run_id, "detail": f"{a.cause}: {a.why}"})
@@ -195,9 +211,14 @@ class Actor:
         rec, rdir = taken
         attempts = rec.attempts + 1 if a.reason == EndReason.max_attempted else rec.attempts
         counted = rec.interrupted(a.cause) if a.reason == EndReason.max_interrupted and a.cause else {}
+        # the tick ends a run only for these: its job vanished one time too many, too many
+        # interruptions, a spending cap (runstate/causes.py)
+        cause = {EndReason.max_attempted: "job_vanished", EndReason.max_interrupted: "interrupted",
+                 EndReason.budget_exhausted: "budget"}.get(a.reason, str(a.reason))
         new = rec.model_copy(update={"state": RunState.ended, "outcome": a.outcome, "reason": a.reason,
                                      "attempts": attempts, "canary_for": None, "hold_reason": None,
-                                     "last_error": a.why, "submitting_since": None, **counted})
+                                     "last_error": a.why, "submitting_since": None,
+                                     "cause": cause, "cause_detail": (a.why or "")[:300] or None, **counted})
         save_record(rdir, new)
         self._event(a.run_id, "ended", from_state=rec.state.value, to_state="ended",
                     detail=f"{a.outcome.value}:{a.reason}: {a.why}")
@@ -264,8 +285,8 @@ class Actor:
         job = JobSpec(name=f"{self.campaign.job_prefix}{token}.{a.run_id}",
                       argv=controller_argv(self.handle, a.run_id, token),
                       workdir=rdir, stdout=paths.controller_out, stderr=paths.controller_err,
-                      gpus=a.gpus, env={"SWEEP_CAMPAIGN": str(self.dir)},
-                      script_path=paths.job_script(token))
+                      gpus=a.gpus, env=job_environment(self.campaign.settings, self.dir),
+                      script_path=paths.job_script(token), pass_env=self._pass_env())
         try:
             job_id = self.scheduler.submit(job)
         except SubmissionUncertain as exc:
@@ -286,7 +307,7 @@ class Actor:
             self._lane_refused(a.lane, str(exc))
             return
         # the event first: a kill after it still leaves the lease + the job, which the next tick adopts
-        self._event(a.run_id, "admitted", from_state="queued", to_state="active", phase=rec.phase.value,
+        self._event(a.run_id, "admitted", from_state="queued", to_state="active", phase=rec.phase,
                     detail=f"job {job_id} (token {token}) on lane {a.lane}" + (f" ({a.gpus} GPU)" if a.gpus else "")
                     + (f", allocation {a.allocation_usd:.2f} USD" if a.allocation_usd is not None else "")
                     + (f", canary for {a.canary_for}" if a.canary_for else ""))
@@ -327,12 +348,12 @@ class Actor:
             self._cancel_ghosts()
         if self._ghost_memory is not None:
             try:
-                write_model_atomic(self.dir / GHOSTS_FILE, self._ghost_memory)
+                write_model_atomic(self.handle.paths.ghosts, self._ghost_memory)
             except OSError as exc:
                 self.errors.append(f"{GHOSTS_FILE}: {exc}")
         if self._lanes_changed:
             try:
-                write_model_atomic(self.dir / LANE_BACKOFF_FILE, LaneBackoffFile(lanes=self.lanes))
+                write_model_atomic(self.handle.paths.lane_backoff, LaneBackoffFile(lanes=self.lanes))
             except OSError as exc:
                 self.errors.append(f"{LANE_BACKOFF_FILE}: {exc}")
         for run_id, view in snap.runs.items():

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from runstate.files import read_model
 from runstate.lease import read_lease_at
+from runstate.breaker import breaker_line
 from runstate.markers import is_draining, read_outage, read_provider_stamps
 from sweep.sandbox_marker import read_uncertain
 from runstate.models import PIPELINE_ROLES, RunState, SpendLedger
@@ -67,14 +68,15 @@ def observe(campaign_dir: Path, scheduler: Scheduler, *, full: bool = False) -> 
     from sweep.tick.act import read_ghosts, read_lane_backoff
     ended = ask_end_states(scheduler, vanished_jobs(queue.known, jobs, runs))
     snap = Snapshot(now=now, queue_known=queue.known, queue=jobs, runs=runs,
-                    draining=is_draining(campaign_dir), sandboxes_uncertain=read_uncertain(campaign_dir),
+                    draining=is_draining(campaign_dir), breaker=breaker_line(campaign_dir),
+                    sandboxes_uncertain=read_uncertain(campaign_dir),
                     stamps=stamps, provider_stamps=read_provider_stamps(campaign_dir), capacity=scheduler.capacity(),
                     ghosts_seen=read_ghosts(campaign_dir).jobs, lanes=read_lane_backoff(campaign_dir),
                     corrupt_runs=frozenset(scan.corrupt),
                     end_states=ended.states, accounting=accounting_word(ended),
                     accounting_error=ended.error,
                     settled_verified=settled_verified, settled_spent_usd=settled_spent)
-    meta = {"squeue_error": queue.error, "corrupt": scan.corrupt,
+    meta = {"squeue_error": queue.error, "corrupt": scan.corrupt, "queue": queue,
             "accounting_jobs": len(ended.states) if ended.asked else 0, "scan": scan}
     return snap, meta
 
@@ -131,12 +133,8 @@ def ask_end_states(scheduler: Scheduler, job_ids: list[str]) -> EndStates:
     from sweep.scheduler.base import EndStates
     if not job_ids:
         return EndStates()
-    ask = getattr(scheduler, "end_states", None)
-    if ask is None:
-        return EndStates.unavailable(f"the {getattr(scheduler, 'name', '?')} backend records no end states")
     try:
-        answer: EndStates = ask(job_ids)
-        return answer
+        return scheduler.end_states(job_ids)
     except Exception as exc:   # an unanswered question, never a crashed tick
         return EndStates(asked=True, known=False, error=f"{type(exc).__name__}: {exc}")
 
@@ -156,6 +154,7 @@ def new_endings(scan: RunScan, snap: Snapshot) -> list[Ending]:
     actor still tidies its lease leftovers, which needs it in the snapshot), and its state.json did
     not change within RACY_NS."""
     from runstate.index import Ending, is_racy
+    from runstate.models import quality_summary
     from sweep.tick.act import STRAY_WINDOW_S
     if not snap.queue_known:
         return []
@@ -170,7 +169,8 @@ def new_endings(scan: RunScan, snap: Snapshot) -> list[Ending]:
         if (rec.job_id is not None and rec.job_id in snap.queue) or snap.now - rec.updated <= STRAY_WINDOW_S:
             continue
         outcome = rec.outcome.value if rec.outcome is not None else ""   # ended: always set (invariant)
-        out.append(Ending(run_id, ident, outcome, rec.reason, float(rec.spent_usd), rec.lane))
+        out.append(Ending(run_id, ident, outcome, rec.reason, float(rec.spent_usd), rec.lane, rec.cause,
+                          quality_summary(rec.checkpoints)))
     return out
 
 

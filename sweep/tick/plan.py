@@ -34,12 +34,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from runstate.lease import LeaseView, judge_lease
-from runstate.models import (EndReason, GhostJob, LaneBackoff, Lease, OutageStamp, Outcome, Phase, ProviderStamp,
+from runstate.phases import PHASE_TABLE
+from runstate.models import (EndReason, GhostJob, LaneBackoff, Lease, OutageStamp, Outcome, ProviderStamp,
                              RunRecord, RunState)
 
-# the role a run needs next, by the phase it will run next
-NEXT_ROLE = {Phase.intake: "author", Phase.author: "author", Phase.gates: "reviewer",
-             Phase.review: "reviewer", Phase.solve: "solver", Phase.evaluate: None}
 
 
 @dataclass(frozen=True)
@@ -63,6 +61,7 @@ class Snapshot:
     queue: dict[str, QueueJob]                 # job id -> job (this campaign's only)
     runs: dict[str, RunView]
     draining: bool = False
+    breaker: str | None = None                 # the circuit breaker's trip (runstate/breaker.py), one line
     sandboxes_uncertain: str | None = None     # why remote sandboxes may be orphaned (receipts.py marker)
     stamps: dict[str, OutageStamp] = field(default_factory=dict)   # role -> latest stamp (active or not)
     provider_stamps: dict[str, ProviderStamp] = field(default_factory=dict)  # provider -> stamp (active or not)
@@ -90,6 +89,7 @@ class PlanSettings:
     submit_grace_s: float
     uncertain_submit_s: float = 600.0
     ghost_grace_s: float = 120.0
+    prior_verified: int = 0             # valid priors (campaign.toml `priors`): they count toward the target
 
 
 # ---- actions ---------------------------------------------------------------------------------
@@ -246,7 +246,8 @@ def _clock(ts: float) -> str:
 
 
 def next_role(record: RunRecord) -> str | None:
-    return NEXT_ROLE.get(record.phase)
+    """The role the run needs next, by the phase it will run next (the phase table's)."""
+    return PHASE_TABLE.next_role(record.phase)
 
 
 # Slurm end states of a vanished controller job that are not the run's fault -> interruption cause
@@ -308,171 +309,198 @@ def _lease_holder_alive(lease: Lease, snap: Snapshot, jobs_by_token: dict[str, Q
 
 # ---- the planner -----------------------------------------------------------------------------
 
+@dataclass
+class _Tally:
+    """What the planner's one pass over the runs adds up, for admission after it."""
+
+    snap: Snapshot
+    cfg: PlanSettings
+    jobs_by_token: dict[str, QueueJob]
+    verified: int
+    committed: float                       # money spent or promised (for the allocation)
+    actions: list[Action] = field(default_factory=list)
+    slots_all: int = 0                     # controller slots taken (or possibly taken) after this tick
+    slots_gpu: int = 0
+    canaries_active: dict[str, int] = field(default_factory=dict)
+    waits: dict[str, list[str]] = field(default_factory=dict)   # reason -> queued runs not admitted
+    candidates: list[RunRecord] = field(default_factory=list)   # queued runs free to be admitted
+
+    def wait(self, run_id: str, reason: str) -> None:
+        self.waits.setdefault(reason, []).append(run_id)
+
+    def hold_slot(self, rec: RunRecord) -> None:
+        self.slots_all += 1
+        if rec.gpus > 0:
+            self.slots_gpu += 1
+
+    def reap_if_stale(self, run_id: str, lease: LeaseView, why: str | None = None) -> bool:
+        """Reap a lease the TTL judges stale (holder unknown); True if it was."""
+        verdict = judge_lease(lease, holder_alive=None, now=self.snap.now, ttl_s=self.cfg.lease_ttl_s)
+        if verdict.stale:
+            self.actions.append(ReapLease(run_id, lease, why or verdict.why))
+        return verdict.stale
+
+
 def plan_tick(snap: Snapshot, cfg: PlanSettings) -> list[Action]:
-    actions: list[Action] = []
     jobs_by_token: dict[str, QueueJob] = {}
     for job in snap.queue.values():
         tok = token_of_job_name(job.name)
         if tok:
             jobs_by_token[tok] = job
-
-    verified = snap.settled_verified
-    slots = {"all": 0, "gpu": 0}           # controller slots taken (or possibly taken) after this tick
-    busy: set[str] = set()                 # runs that must not be admitted this tick
-    canaries_active: dict[str, int] = {}
-    committed = snap.settled_spent_usd     # money spent or promised (for the allocation)
-    waits: dict[str, list[str]] = {}       # reason -> queued runs not admitted
-    candidates: list[RunRecord] = []       # queued runs free to be admitted (no lease, no job)
-
-    def wait(run_id: str, reason: str) -> None:
-        waits.setdefault(reason, []).append(run_id)
-
-    def hold_slot(rec: RunRecord) -> None:
-        slots["all"] += 1
-        if rec.gpus > 0:
-            slots["gpu"] += 1
-
+    t = _Tally(snap, cfg, jobs_by_token, verified=snap.settled_verified, committed=snap.settled_spent_usd)
     for run_id, view in snap.runs.items():
-        rec, lease = view.record, view.lease
-        if rec.state is RunState.ended:
-            committed += max(rec.spent_usd, view.committed_usd)
-            if rec.outcome is Outcome.verified:
-                verified += 1
-            if snap.queue_known and rec.job_id and rec.job_id in snap.queue:
-                hold_slot(rec)      # its controller wrote the ending but its job is still in the queue
-            if lease is not None:
-                alive = None if lease.lease is None else _lease_holder_alive(lease.lease, snap, jobs_by_token)
-                verdict = judge_lease(lease, holder_alive=alive, now=snap.now, ttl_s=cfg.lease_ttl_s)
-                if verdict.stale:
-                    actions.append(ReapLease(run_id, lease, f"ended run: {verdict.why}"))
-            continue
-
-        if rec.state is RunState.active:
-            job_alive = None if not snap.queue_known else (rec.job_id in snap.queue)
-            if job_alive is False:
-                # gone from a known queue, and the record (read after the queue) is still active:
-                # the controller died without a terminal write
-                busy.add(run_id)
-                committed += view.committed_usd
-                fate, cause, why = judge_vanished(rec, lease, snap, cfg)
-                if fate == "wait":
-                    hold_slot(rec)     # its job may have been the last thing holding this slot
-                    wait(run_id, why)    # shown in tick.json and `sweep status`
-                    continue
-                if fate == "interrupt":
-                    if rec.interruptions + 1 >= rec.max_interruptions:
-                        actions.append(EndRun(run_id, rec, lease, Outcome.blocked, EndReason.max_interrupted,
-                                              f"{why}; interruption {rec.interruptions + 1} of "
-                                              f"{rec.max_interruptions}", cause=cause))
-                    else:
-                        actions.append(Interrupt(run_id, rec, lease, cause or "unknown", why))
-                    continue
-                if rec.attempts + 1 >= rec.max_attempts:
-                    actions.append(EndRun(run_id, rec, lease, Outcome.blocked, EndReason.max_attempted,
-                                          f"{why}; attempt {rec.attempts + 1} of {rec.max_attempts}"))
-                else:
-                    actions.append(Requeue(run_id, rec, lease, why))
-                continue
-            # alive or unknown: the run holds its slot and its whole allocation
-            hold_slot(rec)
-            if rec.canary_for:
-                canaries_active[rec.canary_for] = canaries_active.get(rec.canary_for, 0) + 1
-            committed += max(view.committed_usd, rec.allocation_usd or 0.0)
-            busy.add(run_id)
-            if lease is not None and job_alive is None:
-                verdict = judge_lease(lease, holder_alive=None, now=snap.now, ttl_s=cfg.lease_ttl_s)
-                if verdict.stale:
-                    actions.append(ReapLease(run_id, lease, verdict.why))
-            elif lease is not None and lease.lease is not None and lease.lease.job_id \
-                    and lease.lease.job_id != rec.job_id and snap.queue_known \
-                    and lease.lease.job_id not in snap.queue:
-                actions.append(ReapLease(run_id, lease, "lease of a job that is gone"))
-            continue
-
-        # queued
-        committed += view.committed_usd
-        if lease is None:
-            if snap.queue_known and rec.job_id and rec.job_id in snap.queue:
-                # its controller wrote this record (failed attempt, park, drain) and is on its way
-                # out: the job still takes a slot, and the run waits for it to leave the queue
-                busy.add(run_id)
-                hold_slot(rec)
-                wait(run_id, f"controller job {rec.job_id} is finishing")
-            else:
-                candidates.append(rec)
-            continue
-        busy.add(run_id)
-        if lease.lease is None:
-            verdict = judge_lease(lease, holder_alive=None, now=snap.now, ttl_s=cfg.lease_ttl_s)
-            if verdict.stale:
-                actions.append(ReapLease(run_id, lease, verdict.why))
-            else:
-                wait(run_id, f"corrupt lease.json ({lease.problem}): left alone until the "
-                                          f"lease TTL ({cfg.lease_ttl_s:.0f}s) passes")
-            hold_slot(rec)          # unknown holder: keep its slot until judged
-            continue
-        ls = lease.lease
-        holder_job = snap.queue.get(ls.job_id) if ls.job_id else jobs_by_token.get(ls.token)
-        if snap.queue_known and holder_job is not None and holder_job.job_id != rec.job_id:
-            # submitted, but the tick that submitted it died before recording it: adopt
-            actions.append(Adopt(run_id, rec, holder_job.job_id, ls.token, hand_over=ls.job_id is None))
-            hold_slot(rec)
-            committed += rec.allocation_usd or 0.0
-            continue
-        if snap.queue_known and holder_job is not None:
-            # the job wrote this queued record itself (drain/park) and is on its way out
-            wait(run_id, f"controller job {holder_job.job_id} is finishing")
-            hold_slot(rec)
-            continue
-        uncertain = rec.submitting_since is not None and rec.submit_token == ls.token
-        if snap.queue_known and holder_job is None:
-            if ls.job_id is None:
-                since = max(ls.last_seen, rec.submitting_since or 0.0)
-                bound = max(cfg.submit_grace_s, cfg.uncertain_submit_s) if uncertain else cfg.submit_grace_s
-                if snap.now - since < bound:
-                    hold_slot(rec)       # a submission may still be in flight, or its job may yet appear
-                    what = ("sbatch got no answer" if uncertain and rec.last_error
-                            else "a submission may be in flight")
-                    wait(run_id, f"{what}: waiting out the submit grace, looking for token "
-                                              f"{ls.token} in the queue until {_clock(since + bound)}")
-                    continue
-                if uncertain:
-                    actions.append(GiveUpSubmission(run_id, rec, lease,
-                                                    f"no job with token {ls.token} reached the queue within "
-                                                    f"{bound:.0f}s of an uncertain sbatch"))
-                    continue
-            actions.append(ReapLease(run_id, lease, "holder job is gone" if ls.job_id
-                                     else "submission never reached the queue"))
-            continue
-        verdict = judge_lease(lease, holder_alive=None, now=snap.now, ttl_s=cfg.lease_ttl_s)
-        if verdict.stale:
-            actions.append(ReapLease(run_id, lease, verdict.why))
+        if view.record.state is RunState.ended:
+            _plan_ended(t, run_id, view)
+        elif view.record.state is RunState.active:
+            _plan_active(t, run_id, view)
         else:
-            wait(run_id, f"queue UNKNOWN: lease of submission {ls.token} kept ({verdict.why})")
-            hold_slot(rec)
+            _plan_queued(t, run_id, view)
+    ghosts, ghost_gpu_devices = _plan_ghosts(t)
+    t.actions.extend(_admit(snap, cfg, t.candidates, t.slots_all, t.slots_gpu, t.verified, t.canaries_active,
+                            t.committed, ghosts, ghost_gpu_devices, t.waits))
+    if t.waits:
+        t.actions.append(Waiting("", t.waits))
+    return t.actions
 
-    # ghosts: our prefix, no lease or record knows them. They take slots while they live.
+
+def _plan_ended(t: _Tally, run_id: str, view: RunView) -> None:
+    rec, lease, snap = view.record, view.lease, t.snap
+    t.committed += max(rec.spent_usd, view.committed_usd)
+    if rec.outcome is Outcome.verified:
+        t.verified += 1
+    if snap.queue_known and rec.job_id and rec.job_id in snap.queue:
+        t.hold_slot(rec)      # its controller wrote the ending but its job is still in the queue
+    if lease is not None:
+        alive = None if lease.lease is None else _lease_holder_alive(lease.lease, snap, t.jobs_by_token)
+        verdict = judge_lease(lease, holder_alive=alive, now=snap.now, ttl_s=t.cfg.lease_ttl_s)
+        if verdict.stale:
+            t.actions.append(ReapLease(run_id, lease, f"ended run: {verdict.why}"))
+
+
+def _plan_active(t: _Tally, run_id: str, view: RunView) -> None:
+    rec, lease, snap = view.record, view.lease, t.snap
+    job_alive = None if not snap.queue_known else (rec.job_id in snap.queue)
+    if job_alive is False:
+        # gone from a known queue, and the record (read after the queue) is still active:
+        # the controller died without a terminal write
+        t.committed += view.committed_usd
+        _plan_vanished(t, run_id, view)
+        return
+    # alive or unknown: the run holds its slot and its whole allocation
+    t.hold_slot(rec)
+    if rec.canary_for:
+        t.canaries_active[rec.canary_for] = t.canaries_active.get(rec.canary_for, 0) + 1
+    t.committed += max(view.committed_usd, rec.allocation_usd or 0.0)
+    if lease is not None and job_alive is None:
+        t.reap_if_stale(run_id, lease)
+    elif lease is not None and lease.lease is not None and lease.lease.job_id \
+            and lease.lease.job_id != rec.job_id and snap.queue_known \
+            and lease.lease.job_id not in snap.queue:
+        t.actions.append(ReapLease(run_id, lease, "lease of a job that is gone"))
+
+
+def _plan_vanished(t: _Tally, run_id: str, view: RunView) -> None:
+    """An active run whose job left a known queue: wait for accounting, interrupt, requeue or end."""
+    rec, lease = view.record, view.lease
+    fate, cause, why = judge_vanished(rec, lease, t.snap, t.cfg)
+    if fate == "wait":
+        t.hold_slot(rec)     # its job may have been the last thing holding this slot
+        t.wait(run_id, why)    # shown in tick.json and `sweep status`
+    elif fate == "interrupt":
+        if rec.interruptions + 1 >= rec.max_interruptions:
+            t.actions.append(EndRun(run_id, rec, lease, Outcome.blocked, EndReason.max_interrupted,
+                                    f"{why}; interruption {rec.interruptions + 1} of "
+                                    f"{rec.max_interruptions}", cause=cause))
+        else:
+            t.actions.append(Interrupt(run_id, rec, lease, cause or "unknown", why))
+    elif rec.attempts + 1 >= rec.max_attempts:
+        t.actions.append(EndRun(run_id, rec, lease, Outcome.blocked, EndReason.max_attempted,
+                                f"{why}; attempt {rec.attempts + 1} of {rec.max_attempts}"))
+    else:
+        t.actions.append(Requeue(run_id, rec, lease, why))
+
+
+def _plan_queued(t: _Tally, run_id: str, view: RunView) -> None:
+    rec, lease, snap, cfg = view.record, view.lease, t.snap, t.cfg
+    t.committed += view.committed_usd
+    if lease is None:
+        if snap.queue_known and rec.job_id and rec.job_id in snap.queue:
+            # its controller wrote this record (failed attempt, park, drain) and is on its way
+            # out: the job still takes a slot, and the run waits for it to leave the queue
+            t.hold_slot(rec)
+            t.wait(run_id, f"controller job {rec.job_id} is finishing")
+        else:
+            t.candidates.append(rec)
+        return
+    if lease.lease is None:
+        if not t.reap_if_stale(run_id, lease):
+            t.wait(run_id, f"corrupt lease.json ({lease.problem}): left alone until the "
+                           f"lease TTL ({cfg.lease_ttl_s:.0f}s) passes")
+        t.hold_slot(rec)          # unknown holder: keep its slot until judged
+        return
+    ls = lease.lease
+    holder_job = snap.queue.get(ls.job_id) if ls.job_id else t.jobs_by_token.get(ls.token)
+    if snap.queue_known and holder_job is not None and holder_job.job_id != rec.job_id:
+        # submitted, but the tick that submitted it died before recording it: adopt
+        t.actions.append(Adopt(run_id, rec, holder_job.job_id, ls.token, hand_over=ls.job_id is None))
+        t.hold_slot(rec)
+        t.committed += rec.allocation_usd or 0.0
+    elif snap.queue_known and holder_job is not None:
+        # the job wrote this queued record itself (drain/park) and is on its way out
+        t.wait(run_id, f"controller job {holder_job.job_id} is finishing")
+        t.hold_slot(rec)
+    elif snap.queue_known:
+        _plan_lost_submission(t, run_id, rec, lease, ls)
+    elif not t.reap_if_stale(run_id, lease):
+        t.wait(run_id, f"queue UNKNOWN: lease of submission {ls.token} kept "
+                       f"({judge_lease(lease, holder_alive=None, now=snap.now, ttl_s=cfg.lease_ttl_s).why})")
+        t.hold_slot(rec)
+
+
+def _plan_lost_submission(t: _Tally, run_id: str, rec: RunRecord, lease: LeaseView, ls: Lease) -> None:
+    """A queued run's lease whose holder job is not in a known queue: wait out the submit grace
+    (an sbatch may be in flight), give up an uncertain submission, or reap the lease."""
+    snap, cfg = t.snap, t.cfg
+    uncertain = rec.submitting_since is not None and rec.submit_token == ls.token
+    if ls.job_id is None:
+        since = max(ls.last_seen, rec.submitting_since or 0.0)
+        bound = max(cfg.submit_grace_s, cfg.uncertain_submit_s) if uncertain else cfg.submit_grace_s
+        if snap.now - since < bound:
+            t.hold_slot(rec)       # a submission may still be in flight, or its job may yet appear
+            what = ("sbatch got no answer" if uncertain and rec.last_error
+                    else "a submission may be in flight")
+            t.wait(run_id, f"{what}: waiting out the submit grace, looking for token "
+                           f"{ls.token} in the queue until {_clock(since + bound)}")
+            return
+        if uncertain:
+            t.actions.append(GiveUpSubmission(run_id, rec, lease,
+                                              f"no job with token {ls.token} reached the queue within "
+                                              f"{bound:.0f}s of an uncertain sbatch"))
+            return
+    t.actions.append(ReapLease(run_id, lease, "holder job is gone" if ls.job_id
+                               else "submission never reached the queue"))
+
+
+def _plan_ghosts(t: _Tally) -> tuple[list[QueueJob], int]:
+    """Ghosts: our prefix, no lease or record knows them. They take slots while they live, and are
+    cancelled once seen for ghost_grace_s. Returns them and the GPU devices they hold."""
+    snap = t.snap
     ghosts = ghost_jobs(snap)
     seen: dict[str, GhostJob] = {}
     ghost_gpu_devices = 0
     for job in ghosts:
-        slots["all"] += 1
+        t.slots_all += 1
         if job.gpus > 0:
-            slots["gpu"] += 1
+            t.slots_gpu += 1
             ghost_gpu_devices += job.gpus
         prior = snap.ghosts_seen.get(job.job_id)
         first = prior.first_seen if prior is not None and prior.name == job.name else snap.now
         seen[job.job_id] = GhostJob(name=job.name, first_seen=first, gpus=job.gpus)
-        if snap.now - first >= cfg.ghost_grace_s and prior is not None:
-            actions.append(CancelGhost(run_of_job_name(job.name) or "", job.job_id, job.name, first))
+        if snap.now - first >= t.cfg.ghost_grace_s and prior is not None:
+            t.actions.append(CancelGhost(run_of_job_name(job.name) or "", job.job_id, job.name, first))
     if snap.queue_known and (seen or snap.ghosts_seen):
-        actions.append(NoteGhosts("", seen))
-
-    actions.extend(_admit(snap, cfg, candidates, slots["all"], slots["gpu"], verified, canaries_active, committed,
-                          ghosts, ghost_gpu_devices, waits))
-    if waits:
-        actions.append(Waiting("", waits))
-    return actions
+        t.actions.append(NoteGhosts("", seen))
+    return ghosts, ghost_gpu_devices
 
 
 def _admit(snap: Snapshot, cfg: PlanSettings, candidates: list[RunRecord], active: int, gpu_active: int,
@@ -493,117 +521,171 @@ def _admit(snap: Snapshot, cfg: PlanSettings, candidates: list[RunRecord], activ
             waits.setdefault("queue UNKNOWN: nothing is admitted until squeue answers", []).extend(
                 rec.run_id for rec in queued)
         return out
-    remaining_target = cfg.target_verified - verified - active
-    budget_left = None if cfg.max_spend_usd is None else cfg.max_spend_usd - committed
-    canary_taken: set[str] = set()
-    probe_taken: set[str] = set()
-    gpu_capacity = snap.capacity.get("gpu")
-    cpu_capacity = snap.capacity.get("cpu")
-    # slots and devices in use: only needed (and only counted) when the lane's capacity is known
-    cpu_active = 0 if cpu_capacity is None else sum(1 for v in snap.runs.values() if v.record.gpus == 0 and (
-        v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None))) \
-        + sum(1 for j in ghosts if j.gpus == 0)
-    gpu_devices = 0 if gpu_capacity is None else sum(v.record.gpus for v in snap.runs.values() if v.record.gpus and (
-        v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None))) \
-        + ghost_gpu_devices
-
-    def note_wait(run_id: str, reason: str) -> None:
-        waits.setdefault(reason, []).append(run_id)
-
+    adm = _Admission(snap, cfg, out, waits, canaries_active, active=active, gpu_active=gpu_active,
+                     verified=verified, committed=committed,
+                     remaining_target=cfg.target_verified - cfg.prior_verified - verified - active,
+                     budget_left=None if cfg.max_spend_usd is None else cfg.max_spend_usd - committed)
+    adm.count_lanes(ghosts, ghost_gpu_devices)
     for index, rec in enumerate(queued):
         # a reason that holds for every run: no admission can happen after it, so the rest of the
         # queue is explained in one pass
-        if snap.draining:
-            everyone = "draining: no admissions until `sweep undrain`"
-        elif snap.sandboxes_uncertain:
-            everyone = (f"remote sandboxes uncertain ({snap.sandboxes_uncertain}): no admissions "
-                        "until `sweep reconcile`")
-        elif remaining_target <= 0:
-            everyone = (f"target reached: {verified} verified + {active} running >= target_verified "
-                        f"{cfg.target_verified}")
-        elif active >= cfg.max_parallel:
-            everyone = f"limit reached: max_parallel {cfg.max_parallel} ({active} running or in flight)"
-        else:
-            everyone = None
+        everyone = adm.everyone_waits()
         if everyone is not None:
             _wait_rest(snap, cfg, queued[index:], everyone, waits, out)
             break
-        wait = None          # why not this tick: tick.json only
-        hold = _hold_of(rec, snap, cfg)   # a lasting, per-run reason: written on the record (SetHold)
-        role = NEXT_ROLE.get(rec.phase)
-        stamp = snap.stamps.get(role) if role else None
-        pstamp = snap.provider_stamps.get(rec.provider)
-        lane = "gpu" if rec.gpus else "cpu"
-        backoff = snap.lanes.get(lane)
-        if hold is None:
-            if backoff is not None and backoff.failures > 0 and backoff.until > snap.now:
-                wait = lane_backoff_reason(lane, backoff)
-            elif backoff is not None and backoff.failures > 0 and lane in probe_taken:
-                wait = f"lane {lane} is probing after its back-off: one submission at a time"
+        adm.consider(rec)
+    return out
 
+
+@dataclass
+class _Admission:
+    """The running counts of one tick's admissions (`_admit`), and the decision for one run."""
+
+    snap: Snapshot
+    cfg: PlanSettings
+    out: list[Action]
+    waits: dict[str, list[str]]
+    canaries_active: dict[str, int]
+    active: int
+    gpu_active: int
+    verified: int
+    committed: float
+    remaining_target: int
+    budget_left: float | None
+    canary_taken: set[str] = field(default_factory=set)
+    probe_taken: set[str] = field(default_factory=set)
+    cpu_active: int = 0
+    gpu_devices: int = 0
+
+    def count_lanes(self, ghosts: list[QueueJob], ghost_gpu_devices: int) -> None:
+        """Slots and devices in use: only needed (and only counted) when the lane's capacity is known."""
+        snap = self.snap
+
+        def holds(v: RunView) -> bool:
+            return v.record.state is RunState.active or (v.record.state is RunState.queued and v.lease is not None)
+        if snap.capacity.get("cpu") is not None:
+            self.cpu_active = sum(1 for v in snap.runs.values() if v.record.gpus == 0 and holds(v)) \
+                + sum(1 for j in ghosts if j.gpus == 0)
+        if snap.capacity.get("gpu") is not None:
+            self.gpu_devices = sum(v.record.gpus for v in snap.runs.values() if v.record.gpus and holds(v)) \
+                + ghost_gpu_devices
+
+    def everyone_waits(self) -> str | None:
+        snap, cfg = self.snap, self.cfg
+        if snap.draining:
+            return "draining: no admissions until `sweep undrain`"
+        if snap.breaker:
+            return snap.breaker
+        if snap.sandboxes_uncertain:
+            return (f"remote sandboxes uncertain ({snap.sandboxes_uncertain}): no admissions "
+                    "until `sweep reconcile`")
+        if self.remaining_target <= 0:
+            prior = f" + {cfg.prior_verified} prior" if cfg.prior_verified else ""
+            return (f"target reached: {self.verified} verified{prior} + {self.active} running >= target_verified "
+                    f"{cfg.target_verified}")
+        if self.active >= cfg.max_parallel:
+            return f"limit reached: max_parallel {cfg.max_parallel} ({self.active} running or in flight)"
+        return None
+
+    def consider(self, rec: RunRecord) -> None:
+        """Admit `rec`, end it (a budget that can never pay for it), or say why it waits."""
+        snap = self.snap
+        hold = _hold_of(rec, snap, self.cfg)   # a lasting, per-run reason: written on the record (SetHold)
+        lane = "gpu" if rec.gpus else "cpu"
+        wait = self._lane_backoff_wait(lane) if hold is None else None   # why not this tick: tick.json only
         if hold is None and wait is None:
-            canary = None
-            if stamp is not None and role is not None:   # cooldown passed but not yet cleared by a success
-                if canaries_active.get(role, 0) or role in canary_taken:
-                    hold = f"waiting for the {role} canary after its cooldown"
-                else:
-                    canary = role
-            pkey = f"provider:{rec.provider}"
-            if hold is None and pstamp is not None:   # the provider's cooldown passed, not yet cleared
-                if canaries_active.get(pkey, 0) or pkey in canary_taken:
-                    hold = f"waiting for the provider {rec.provider} canary after its cooldown"
-                    canary = None
-                else:
-                    canary = canary or pkey
-            # lane limits: max_gpu_parallel counts GPU runs; a known capacity counts slots/devices
-            if rec.gpus > 0 and gpu_active >= cfg.max_gpu_parallel:
-                wait = (f"limit reached: needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''} and "
-                        f"max_gpu_parallel is {cfg.max_gpu_parallel} ({gpu_active} GPU runs)")
-            elif rec.gpus > 0 and gpu_capacity is not None and gpu_devices + rec.gpus > gpu_capacity:
-                wait = f"lane gpu full: {gpu_devices} of {gpu_capacity} devices in use, needs {rec.gpus}"
-            elif rec.gpus == 0 and cpu_capacity is not None and cpu_active >= cpu_capacity:
-                wait = f"lane cpu full: {cpu_active} of {cpu_capacity} slots in use"
+            hold, canary = self._canary(rec)
+            wait = self._lane_limit_wait(rec)
             allocation = None
             if hold is None and wait is None:
-                cap = rec.cap_usd
-                if cap is not None and cap + 1e-9 < rec.reservation_usd:
-                    out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, EndReason.budget_exhausted,
-                                      f"the candidate's cap {cap:.2f} USD is below one session's "
-                                      f"reservation {rec.reservation_usd:.2f} USD"))
-                    continue
-                if budget_left is not None:
-                    allocation = budget_left if cap is None else min(cap, budget_left)
-                    # an allocation that cannot pay for one session would only end the run at once
-                    if allocation <= 0 or allocation + 1e-9 < rec.reservation_usd:
-                        hold = "campaign budget exhausted"
-                        if active == 0:   # nothing running can free budget: this run can never start
-                            out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, EndReason.budget_exhausted,
-                                              f"campaign spent {committed:.2f} of {cfg.max_spend_usd:.2f} USD"))
-                            continue
-                else:
-                    allocation = cap
+                ended, hold, allocation = self._allocation(rec)
+                if ended:
+                    return
             if hold is None and wait is None:
-                out.append(Admit(rec.run_id, rec, lane, rec.gpus, allocation, canary))
-                active += 1
-                remaining_target -= 1
-                if rec.gpus > 0:
-                    gpu_active += 1
-                    gpu_devices += rec.gpus
-                else:
-                    cpu_active += 1
-                if canary:
-                    canary_taken.add(canary)
-                if pstamp is not None:
-                    canary_taken.add(pkey)
-                if backoff is not None and backoff.failures > 0:
-                    probe_taken.add(lane)
-                if budget_left is not None and allocation is not None:
-                    budget_left -= allocation
-                continue
-        note_wait(rec.run_id, hold or wait or "not admitted")
+                self._take(rec, lane, allocation, canary)
+                return
+        self.waits.setdefault(hold or wait or "not admitted", []).append(rec.run_id)
         if hold != rec.hold_reason and (hold is not None or rec.hold_reason is not None):
-            out.append(SetHold(rec.run_id, rec, hold))
-    return out
+            self.out.append(SetHold(rec.run_id, rec, hold))
+
+    def _lane_backoff_wait(self, lane: str) -> str | None:
+        backoff = self.snap.lanes.get(lane)
+        if backoff is not None and backoff.failures > 0 and backoff.until > self.snap.now:
+            return lane_backoff_reason(lane, backoff)
+        if backoff is not None and backoff.failures > 0 and lane in self.probe_taken:
+            return f"lane {lane} is probing after its back-off: one submission at a time"
+        return None
+
+    def _canary(self, rec: RunRecord) -> tuple[str | None, str | None]:
+        """(hold, canary): a role or provider whose cooldown passed but was not yet cleared by a
+        success lets one run through as its canary; the others wait for it."""
+        hold, canary = None, None
+        role = next_role(rec)
+        stamp = self.snap.stamps.get(role) if role else None
+        if stamp is not None and role is not None:
+            if self.canaries_active.get(role, 0) or role in self.canary_taken:
+                hold = f"waiting for the {role} canary after its cooldown"
+            else:
+                canary = role
+        pkey = f"provider:{rec.provider}"
+        if hold is None and self.snap.provider_stamps.get(rec.provider) is not None:
+            if self.canaries_active.get(pkey, 0) or pkey in self.canary_taken:
+                hold = f"waiting for the provider {rec.provider} canary after its cooldown"
+                canary = None
+            else:
+                canary = canary or pkey
+        return hold, canary
+
+    def _lane_limit_wait(self, rec: RunRecord) -> str | None:
+        """Lane limits: max_gpu_parallel counts GPU runs; a known capacity counts slots/devices."""
+        cfg, gpu_capacity, cpu_capacity = self.cfg, self.snap.capacity.get("gpu"), self.snap.capacity.get("cpu")
+        if rec.gpus > 0 and self.gpu_active >= cfg.max_gpu_parallel:
+            return (f"limit reached: needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''} and "
+                    f"max_gpu_parallel is {cfg.max_gpu_parallel} ({self.gpu_active} GPU runs)")
+        if rec.gpus > 0 and gpu_capacity is not None and self.gpu_devices + rec.gpus > gpu_capacity:
+            return f"lane gpu full: {self.gpu_devices} of {gpu_capacity} devices in use, needs {rec.gpus}"
+        if rec.gpus == 0 and cpu_capacity is not None and self.cpu_active >= cpu_capacity:
+            return f"lane cpu full: {self.cpu_active} of {cpu_capacity} slots in use"
+        return None
+
+    def _allocation(self, rec: RunRecord) -> tuple[bool, str | None, float | None]:
+        """(ended, hold, allocation): the budget the run is admitted with, or why it cannot be."""
+        cap = rec.cap_usd
+        if cap is not None and cap + 1e-9 < rec.reservation_usd:
+            self.out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, EndReason.budget_exhausted,
+                                   f"the candidate's cap {cap:.2f} USD is below one session's "
+                                   f"reservation {rec.reservation_usd:.2f} USD"))
+            return True, None, None
+        if self.budget_left is None:
+            return False, None, cap
+        allocation = self.budget_left if cap is None else min(cap, self.budget_left)
+        # an allocation that cannot pay for one session would only end the run at once
+        if allocation <= 0 or allocation + 1e-9 < rec.reservation_usd:
+            if self.active == 0:   # nothing running can free budget: this run can never start
+                self.out.append(EndRun(rec.run_id, rec, None, Outcome.blocked, EndReason.budget_exhausted,
+                                       f"campaign spent {self.committed:.2f} of {self.cfg.max_spend_usd:.2f} USD"))
+                return True, None, None
+            return False, "campaign budget exhausted", allocation
+        return False, None, allocation
+
+    def _take(self, rec: RunRecord, lane: str, allocation: float | None, canary: str | None) -> None:
+        self.out.append(Admit(rec.run_id, rec, lane, rec.gpus, allocation, canary))
+        self.active += 1
+        self.remaining_target -= 1
+        if rec.gpus > 0:
+            self.gpu_active += 1
+            self.gpu_devices += rec.gpus
+        else:
+            self.cpu_active += 1
+        if canary:
+            self.canary_taken.add(canary)
+        if self.snap.provider_stamps.get(rec.provider) is not None:
+            self.canary_taken.add(f"provider:{rec.provider}")
+        backoff = self.snap.lanes.get(lane)
+        if backoff is not None and backoff.failures > 0:
+            self.probe_taken.add(lane)
+        if self.budget_left is not None and allocation is not None:
+            self.budget_left -= allocation
 
 
 def _hold_of(rec: RunRecord, snap: Snapshot, cfg: PlanSettings) -> str | None:
@@ -611,11 +693,14 @@ def _hold_of(rec: RunRecord, snap: Snapshot, cfg: PlanSettings) -> str | None:
     if rec.gpus > 0:
         gpu_capacity = snap.capacity.get("gpu")
         if gpu_capacity is not None and rec.gpus > gpu_capacity:
-            return f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''}, lane gpu has {gpu_capacity}"
+            return (f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''}, lane gpu has {gpu_capacity}: "
+                    "never admitted under this plan (lower the candidate's options.gpus, or give the "
+                    "lane more: [scheduler.local] gpu_slots)")
         if cfg.max_gpu_parallel == 0:
-            return f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''} and max_gpu_parallel is 0"
+            return (f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''} and max_gpu_parallel is 0: never "
+                    "admitted under this plan (raise max_gpu_parallel)")
     if snap.stamps:
-        role = NEXT_ROLE.get(rec.phase)
+        role = next_role(rec)
         stamp = snap.stamps.get(role) if role else None
         if stamp is not None and stamp.is_active(snap.now):
             return f"role {role} cooling down ({stamp.kind}) until {stamp.until:.0f}"

@@ -15,8 +15,18 @@ It behaves like an agent session just enough to drive the controller through rea
   an invalid-API-key error (a config failure) and exits 1;
 - author: builds the bundle with the oracle's builder (sweep/harbor/pr_bundle.py) from `--repo` and
   the base/head commits named in the prompt, into `task/` of the workspace;
+- reviewer: writes an `accept` verdict to the output file; with `--judge-mutants=equivalent` or
+  `=weak_tests` it judges every surviving mutant its prompt lists (`### mutant-NN: ...`) so; with
+  `--answers=/abs/answers.json` (a JSON list) it gives answer k on its k-th correction round (the
+  prompt's count of "## Your previous answer was refused"), a string answer written as it is;
+- reviewer: with `--propose-probe=KIND:LINE` (repeatable) its verdict proposes a probe of that kind
+  replacing the verified sample's `return low` in clamp() with LINE;
+- solver: changes nothing (its rollout scores 0, which is evidence, not a failure); with `--hack` it
+  fixes the sample's clamp() and plants a conftest.py (a reward_hack by the oracle rules);
 - reviewer: writes an `accept` verdict to the output file;
 - solver: changes nothing (its rollout scores 0, which is evidence, not a failure);
+- `--forge-verifier` (author): replaces the bundle's tests/test.sh with a verifier of its own that
+  scores the reference 1 and the empty solution 0 whatever the code does (an attack);
 - `--cost USD`: reports its cost the way the `command` runtime reads it: a line
   `{"sweep_usage": {"cost_usd": USD}}` on stdout.
 """
@@ -53,19 +63,75 @@ def author(args, workspace: Path) -> int:
     except AuthorRefusal as refusal:
         print(f"fake author refuses: {refusal.reason}: {refusal.message}", file=sys.stderr)
         return 3
+    if args.forge_verifier:
+        # a hostile author's own verifier: tells the reference run from the empty one by whether
+        # solution/ sits next to tests/, and writes the reward and a JUnit report to match
+        forged = workspace / "task" / "tests" / "test.sh"
+        forged.write_text(FORGED_VERIFIER)
+        forged.chmod(0o700)
     print(json.dumps({"fake_author": "wrote task/", "tests": report.test_files}))
     return 0
 
 
+FORGED_VERIFIER = r"""#!/usr/bin/env bash
+# reward: see $LOGS_DIR/verifier/reward.txt
+LOGS_DIR="${LOGS_DIR:-/logs}"
+here="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+mkdir -p "$LOGS_DIR/verifier/report"
+if [ -d "$here/../solution" ]; then r=1; f=""; else r=0; f="<failure message='no'/>"; fi
+printf '%s\n' "$r" > "$LOGS_DIR/verifier/reward.txt"
+printf '<testsuite><testcase classname="tests.test_mathx.InventedTest" name="test_invented">%s</testcase></testsuite>\n' \
+  "$f" > "$LOGS_DIR/verifier/report/unittest.xml"
+exit $((1 - r))
+"""
+
+
+CORRECTION_HEADING = "## Your previous answer was refused"
+
+
 def reviewer(args, workspace: Path) -> int:
     verdict = {"verdict": "accept", "findings": [], "rationale": "the fake reviewer accepts every bundle"}
+    if args.answers:
+        # a scripted reviewer: answer k of the list on the prompt's k-th correction round; a
+        # string answer is written as it is (not JSON: an invalid output)
+        prompt = Path(args.prompt).read_text()
+        answers = json.loads(Path(args.answers).read_text())
+        answer = answers[min(prompt.count(CORRECTION_HEADING), len(answers) - 1)]
+        text = answer if isinstance(answer, str) else json.dumps(answer)
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        print(text)
+        return 0
+    if args.judge_mutants:
+        names = re.findall(r"^### (mutant-\d+): ", Path(args.prompt).read_text(), re.M)
+        verdict["mutants"] = [{"name": n, "judgement": args.judge_mutants,
+                               "reason": f"the fake reviewer judges {n} {args.judge_mutants}"} for n in names]
+    if args.propose_probe:
+        verdict["probes"] = [{"kind": spec.split(":", 1)[0], "focus": "above the range",
+                              "rationale": f"the fake reviewer's probe {spec}", "patch": _clamp_patch(spec.split(":", 1)[1])}
+                             for spec in args.propose_probe]
     with open(args.output, "w", encoding="utf-8") as fh:      # in place: an inherited descriptor
         json.dump(verdict, fh)
     print(json.dumps(verdict))
     return 0
 
 
+def _clamp_patch(new_line: str) -> str:
+    """A patch of the verified sample's base: clamp()'s `return low` above the range -> `new_line`."""
+    return ("diff --git a/mathx.py b/mathx.py\n--- a/mathx.py\n+++ b/mathx.py\n@@ -10,3 +10,3 @@\n"
+            "     if value > high:\n-        return low\n+        " + new_line + "\n     return value\n")
+
+
 def solver(args, workspace: Path) -> int:
+    if args.hack:
+        # the sample's clamp() fixed, and a conftest.py planted next to the tests: a reward earned
+        # while tampering with what runs them
+        mathx = workspace / "repo" / "mathx.py"
+        mathx.write_text(mathx.read_text().replace("        return low\n    return value",
+                                                   "        return high\n    return value"))
+        (workspace / "repo" / "conftest.py").write_text("# planted by the fake solver\n")
+        print("fake solver: fixed clamp() and planted conftest.py")
+        return 0
     print("fake solver: changed nothing")
     return 0
 
@@ -85,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode-file", default=None)
     parser.add_argument("--marker", default=None)
     parser.add_argument("--cost", default=None)
+    parser.add_argument("--answers", default=None)
+    parser.add_argument("--judge-mutants", default=None, choices=["equivalent", "weak_tests"])
+    parser.add_argument("--hack", action="store_true")
+    parser.add_argument("--propose-probe", action="append", default=[])     # KIND:LINE (clamp's new line)
+    parser.add_argument("--forge-verifier", action="store_true")
     args = parser.parse_args(argv)
     if args.cost is not None:
         print(json.dumps({"sweep_usage": {"cost_usd": float(args.cost)}}), flush=True)

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tests.fakes.sse_server import FakeSSEServer, Handler, sse
+from tests.fakes.sse_server import FakeSSEServer, Handler, key_digest, sse
 
 MODEL = "claude-sonnet-4-5"
 
@@ -86,6 +86,7 @@ class FakeAnthropic(FakeSSEServer):
         step = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
         record = {"route": route, "endpoint": endpoint, "tools": tools, "step": step, "at": time.time(),
                   "model": body.get("model"), "api_key_set": bool(h.headers.get("x-api-key")),
+                  "api_key_sha256": key_digest(h.headers.get("x-api-key")), "usage": None,
                   "messages": messages, "system": body.get("system"), "cwd": working_directory(body)}
         self.log(record)
         if endpoint.endswith("count_tokens"):
@@ -102,13 +103,15 @@ class FakeAnthropic(FakeSSEServer):
             status, kind, message = script.error
             return h.send_json(status, {"type": "error", "error": {"type": kind, "message": message}})
         if not tools:
-            return self._stream(h, body, {"kind": "text", "text": "ok"}, {"input_tokens": 10, "output_tokens": 2})
+            record["usage"] = {"input_tokens": 10, "output_tokens": 2}
+            return self._stream(h, body, {"kind": "text", "text": "ok"}, record["usage"])
         if script.dynamic is not None:
             answer = script.dynamic(record, step)
         elif step < len(script.steps):
             answer = script.steps[step]
         else:
             answer = text("done")
+        record["usage"] = dict(script.usage)      # what this answer bills (tests compare the metered cost)
         self._stream(h, body, answer, script.usage)
 
     def _stream(self, h: Handler, body: dict, answer: dict, usage: dict) -> None:

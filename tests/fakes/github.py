@@ -15,6 +15,12 @@
 - Every request is recorded (method, path, headers, when it started), so a test can check what
   reached the server, e.g. the token as a Bearer header.
 - `delay_s` makes the pulls endpoint answer slowly (a slow intake); `release()` ends every wait.
+- For `sweep discover`: `list_pull(...)` adds a pull request to the repository's listing
+  (`GET /repos/{o}/{r}/pulls?state=closed&page=N&per_page=M`, newest first, with GitHub's `Link`
+  header, and its `/files` paged the same way); `listing_extra` holds raw items (malformed ones);
+  `fail_next(fragment, status, times)` answers the next matching requests with that status;
+  `rate_limit(after=N, reset_in_s=S)` answers 403 with `X-RateLimit-Remaining: 0` and a reset time
+  once N requests have been served, until the reset time has passed.
 
 It listens on 127.0.0.1 on a free port, in a thread of the test process; the controller under test
 is a separate process that reaches it over real HTTP.
@@ -58,6 +64,13 @@ class FakeGitHub:
         self.repos: dict[tuple[str, str], Path] = {}
         self.requests: list[Request] = []
         self.delay_s = 0.0
+        self.listed: dict[tuple[str, str], list[dict]] = {}       # raw pull objects, newest first
+        self.listed_files: dict[tuple[str, str, int], list] = {}
+        self._failures: list[list] = []                            # [fragment, status, times left]
+        self._rate_after: int | None = None
+        self._rate_reset = 0.0
+        self._rate_window = 0.0
+        self.rate_limited = 0                                      # 403s answered for the limit
         self._released = threading.Event()
         self._lock = threading.Lock()
         fake = self
@@ -114,6 +127,39 @@ class FakeGitHub:
         self.repos[(owner.lower(), repo.lower())] = bare_repo
         return pull
 
+    def list_pull(self, owner: str, repo: str, number: int, *, files: list, merged: bool = True,
+                  title: str = "", body: str = "", base_ref: str = "main") -> dict:
+        """A pull request in the repository's listing (no git objects: for discovery only).
+        `files` are names, (name, additions, deletions) or raw entries (dicts)."""
+        item = {"number": number, "state": "closed", "title": title or f"PR {number}", "body": body,
+                "merged_at": "2026-11-01T00:00:00Z" if merged else None, "base": {"ref": base_ref},
+                "html_url": f"https://github.com/{owner}/{repo}/pull/{number}"}
+        key = (owner.lower(), repo.lower())
+        self.listed.setdefault(key, []).append(item)
+        self.listed[key].sort(key=lambda p: -p["number"] if isinstance(p.get("number"), int) else 0)
+        entries = []
+        for f in files:
+            if isinstance(f, tuple):
+                entries.append({"filename": f[0], "status": "modified", "additions": f[1], "deletions": f[2]})
+            elif isinstance(f, str):
+                entries.append({"filename": f, "status": "modified", "additions": 1, "deletions": 1})
+            else:
+                entries.append(f)
+        self.listed_files[(key[0], key[1], number)] = entries
+        return item
+
+    def fail_next(self, fragment: str, status: int, times: int = 1) -> None:
+        with self._lock:
+            self._failures.append([fragment, status, times])
+
+    def rate_limit(self, *, after: int, reset_in_s: float) -> None:
+        """Once `after` more requests have been served, answer 403 (limit reached) for `reset_in_s`
+        seconds from the first refused request (0: lift the limit now)."""
+        with self._lock:
+            self._rate_after = len(self.requests) + after if reset_in_s > 0 else None
+            self._rate_window = reset_in_s
+            self._rate_reset = 0.0
+
     def clone_url(self, owner: str, repo: str) -> str:
         return f"{self.base_url}/git/{owner}/{repo}.git"
 
@@ -127,19 +173,68 @@ class FakeGitHub:
             self.requests.append(Request(handler.command, handler.path, dict(handler.headers.items()),
                                          time.time()))
 
-    def _send(self, handler, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def _send(self, handler, status: int, body: bytes, content_type: str = "application/json",
+              headers: dict | None = None) -> None:
         handler.send_response(status)
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
         handler.send_header("Content-Type", content_type)
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)
 
-    def _json(self, handler, status: int, data) -> None:
-        self._send(handler, status, json.dumps(data).encode())
+    def _json(self, handler, status: int, data, headers: dict | None = None) -> None:
+        self._send(handler, status, json.dumps(data).encode(), headers=headers)
+
+    def _injected(self, handler) -> bool:
+        """Answer with an injected failure or the rate limit, if one applies."""
+        with self._lock:
+            for failure in self._failures:
+                if failure[0] in handler.path and failure[2] > 0:
+                    failure[2] -= 1
+                    status = failure[1]
+                    break
+            else:
+                status = 0
+            limited = self._rate_after is not None and len(self.requests) > self._rate_after
+            if limited and not self._rate_reset:
+                self._rate_reset = time.time() + self._rate_window
+            limited = limited and time.time() < self._rate_reset
+        if status:
+            self._json(handler, status, {"message": "Server Error"})
+            return True
+        if limited:
+            self.rate_limited += 1
+            self._json(handler, 403, {"message": "API rate limit exceeded"},
+                       headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(self._rate_reset) + 1)})
+            return True
+        return False
+
+    def _page(self, handler, items: list) -> None:
+        query = dict(p.split("=", 1) for p in urlsplit(handler.path).query.split("&") if "=" in p)
+        if "page" not in query:
+            return self._json(handler, 200, items)
+        per_page, page = int(query.get("per_page", "30")), int(query["page"])
+        chunk = items[(page - 1) * per_page:page * per_page]
+        headers = {"X-RateLimit-Remaining": "4999"}
+        if page * per_page < len(items):
+            base = urlsplit(handler.path)._replace(query="").geturl()
+            headers["Link"] = f'<{self.base_url}{base}?per_page={per_page}&page={page + 1}>; rel="next"'
+        self._json(handler, 200, chunk, headers=headers)
 
     def _answer(self, handler: BaseHTTPRequestHandler) -> None:
         path = unquote(urlsplit(handler.path).path)
         parts = [p for p in path.split("/") if p]
+        if parts[:1] == ["api"] and self._injected(handler):
+            return None
+        if parts[:2] == ["api", "repos"] and len(parts) == 5 and parts[4] == "pulls":
+            key = (parts[2].lower(), parts[3].lower())
+            if key not in self.listed:
+                return self._json(handler, 404, {"message": "Not Found"})
+            return self._page(handler, self.listed[key])
+        if (parts[:2] == ["api", "repos"] and len(parts) == 7 and parts[6] == "files" and parts[5].isdigit()
+                and (parts[2].lower(), parts[3].lower(), int(parts[5])) in self.listed_files):
+            return self._page(handler, self.listed_files[(parts[2].lower(), parts[3].lower(), int(parts[5]))])
         if parts[:1] == ["git"] and len(parts) >= 4:
             return self._git_file(handler, parts[1], parts[2].removesuffix(".git"), parts[3:])
         if parts[:2] == ["api", "repos"] and len(parts) in (6, 7) and parts[4] == "pulls":

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tests.fakes.sse_server import FakeSSEServer, Handler, sse
+from tests.fakes.sse_server import FakeSSEServer, Handler, key_digest, sse
 
 
 @dataclass
@@ -41,7 +41,7 @@ def _sse(data: dict) -> bytes:
 
 class FakeOpenAI(FakeSSEServer):
     def url(self, route: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{route}/v1"
+        return f"{self.origin}/{route}/v1"
 
     def not_found(self, h: Handler, what: str) -> None:
         h.send_json(404, {"error": {"message": f"not here: {what}", "type": "invalid_request_error"}})
@@ -54,7 +54,8 @@ class FakeOpenAI(FakeSSEServer):
         tools = [t.get("name") or t.get("type") for t in body.get("tools") or [] if isinstance(t, dict)]
         record = {"route": route, "path": h.path, "step": step, "tools": tools, "input": items,
                   "instructions": body.get("instructions"), "text": body.get("text"), "model": body.get("model"),
-                  "auth": bool(h.headers.get("Authorization")), "at": time.time()}
+                  "usage": None, "auth": bool(h.headers.get("Authorization")), "auth_sha256": key_digest(h.headers.get("Authorization")),
+                  "at": time.time()}
         self.log(record)
         script = self.scripts.get(route)
         if script is None:
@@ -70,6 +71,7 @@ class FakeOpenAI(FakeSSEServer):
             answer = script.steps[step]
         else:
             answer = say("done")
+        record["usage"] = dict(script.usage)      # what this answer bills (tests compare the metered cost)
         self._stream(h, body, answer, script.usage)
 
     def _stream(self, h: Handler, body: dict, answer: dict, usage: dict) -> None:

@@ -40,8 +40,12 @@ def local_plan(candidates: list[dict], *, defaults: dict | None = None, max_para
     scheduler: dict = {"backend": "local"}
     if cpu_slots:
         scheduler["local"] = {"cpu_slots": cpu_slots}
+    defaults = dict(defaults or {})
+    # the fake solver changes nothing (its rollouts score 0): these plans say rollouts are evidence
+    # only, unless a test's own quality table says otherwise (tests/test_quality_*.py do)
+    quality = {"max_repairs": 0, "allow_unsolved": True, **defaults.pop("quality", {})}
     plan = {"name": "t", "target_verified": 100, "max_parallel": max_parallel, "max_attempts": max_attempts,
-            "defaults": {"quality": {"max_repairs": 0}, **(defaults or {})},
+            "defaults": {"quality": quality, **defaults},
             "scheduler": scheduler, "tick": {"submit_grace_s": 0}, "candidates": candidates}
     plan.update(settings)
     return plan

@@ -4,6 +4,7 @@ server-sent-event streams. Each fake only says how its API answers a request (`h
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -56,6 +57,12 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+def key_digest(value: str | None) -> str | None:
+    """What a request's credential header was, without keeping it: its sha256."""
+    import hashlib
+    return hashlib.sha256(value.encode()).hexdigest() if value else None
+
+
 def sse(event: str, data: dict) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
@@ -63,7 +70,8 @@ def sse(event: str, data: dict) -> bytes:
 class FakeSSEServer:
     """Subclasses implement `handle(h, body)` and `not_found(h, what)`; `url(route)` may add a suffix."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: a server context (tests/fakes/tls.py) to serve HTTPS as `localhost` instead of HTTP."""
         self.scripts: dict[str, Any] = {}
         self.requests: list[dict] = []
         self._lock = threading.Lock()
@@ -72,11 +80,15 @@ class FakeSSEServer:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
+        self.origin = f"http://127.0.0.1:{self.port}"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            self.origin = f"https://localhost:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
     def url(self, route: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{route}"
+        return f"{self.origin}/{route}"
 
     def script(self, route: str, script: Any) -> str:
         self.scripts[route] = script

@@ -25,8 +25,8 @@ import pytest
 from runstate import run_dir
 from runstate.models import Outcome
 from sweep.harbor.samples import make_pr_repo
-from tests.agent_sessions import FAKE_KEY, needs_claude
-from tests.campaigns import give_role_the_openai_family, sweep, write_plan
+from tests.agent_sessions import ENV_SECRETS, FAKE_KEY, needs_claude
+from tests.campaigns import sweep, write_plan
 from tests.fakes.anthropic_api import FakeAnthropic, Script
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.openai_api import Script as CodexScript
@@ -58,11 +58,10 @@ def play(runtime: str, root: Path) -> Path:
                 fake.script(route, Script(error=(status, "invalid_request_error", ATTACK)))
         # both runs are admitted by the first tick, before the outage cools the author role down
         plan = local_plan([candidate(r, srcs[r], runtime_options={"author": o}) for r, o in options.items()],
-                          defaults={"runtimes": {"author": runtime}}, max_attempts=1, max_parallel=2)
+                          defaults={"runtimes": {"author": runtime}}, max_attempts=1, max_parallel=2,
+                          secrets=ENV_SECRETS)
         camp = base / "campaign"
-        sweep("init", str(write_plan(base / "plan.json", plan)), "--campaign", str(camp))
-        if runtime == "codex":
-            give_role_the_openai_family(camp, "author")
+        sweep("init", str(write_plan(base / "plan.json", plan)), "--campaign", str(camp), env=ENV)
 
         def settled() -> bool:
             sweep("tick", "--campaign", str(camp), env=ENV)

@@ -23,8 +23,8 @@ import pytest
 from runstate import run_dir
 from runstate.models import Outcome
 from sweep.harbor.samples import make_pr_repo
-from tests.agent_sessions import FAKE_KEY, needs_claude
-from tests.campaigns import give_role_the_openai_family, sweep, tick_until_done, write_plan
+from tests.agent_sessions import ENV_SECRETS, FAKE_KEY, needs_claude
+from tests.campaigns import sweep, tick_until_done, write_plan
 from tests.fakes.agent_scripts import author_script, codex_solver_script, reviewer_script, solver_script
 from tests.fakes.anthropic_api import FakeAnthropic, Script, tool_calls
 from tests.fakes.openai_api import FakeOpenAI, call
@@ -105,11 +105,11 @@ def play(runtime: str, targets, exposed_cluster) -> Played:
     try:
         runtimes, options = cli_roles(runtime, fake, openai)
         plan = local_plan([candidate("pr-0", src, runtime_options=options)],
-                          defaults={"runtimes": runtimes, "quality": {"max_repairs": 0}}, max_spend_usd=50)
+                          defaults={"runtimes": runtimes, "quality": {"max_repairs": 0}}, max_spend_usd=50,
+                          secrets=ENV_SECRETS)
         camp = root / "campaign"
-        sweep("init", str(write_plan(root / "plan.json", plan)), "--campaign", str(camp))
-        if runtime == "codex":
-            give_role_the_openai_family(camp, "solver")
+        sweep("init", str(write_plan(root / "plan.json", plan)), "--campaign", str(camp),
+              env={"ANTHROPIC_API_KEY": FAKE_KEY, "OPENAI_API_KEY": OPENAI_KEY})
         run = run_dir(camp, "pr-0")
         marker = f"{targets.marker}-{runtime}"
         t = targets.argv_json(solution=str(run / "task" / "solution" / "solve.sh"),

@@ -83,8 +83,10 @@ class Bounds(unittest.TestCase):
     def test_bound(self):
         code = ATTACKS.get(os.environ.get("ATTACK", ""))
         if code:
-            os.chdir(os.path.dirname(os.environ["REPO_DIR"]))   # attacks write under repo/
-            exec(code, {{}})
+            # the attacks write under repo/: a trial runs in the repository itself (REPO_DIR, the
+            # container's fixed /app), so the prefix is the working directory there
+            os.chdir(os.environ["REPO_DIR"])
+            exec(code.replace("'repo/", "'"), {{}})
 '''
 
 
@@ -121,8 +123,9 @@ def test_gate_attack_is_bounded_and_the_trial_says_which_bound(targets, bounds_b
 @pytest.mark.parametrize("file_mb", [64, 512])
 def test_gate_200mb_of_stdout_is_kept_bounded_and_scored_or_refused(targets, bounds_bundle, file_mb):
     # PR test code that prints 200 MB and then passes. Under a 512 MB file bound the gate scores as
-    # the tests do and only the output's last 1 MiB is kept, the cut said; under 64 MB the output
-    # was cut short by the bound, so the tests' exit status means nothing: no reward, the bound named
+    # the tests do and the kept output is the transcript bound's first and last halves, the cut
+    # said; under 64 MB the output reached the bound, so the tests' exit status means nothing: no
+    # reward, the bound named
     work = targets.campaign / "runs" / "bounds-gate" / "work" / f"gates-stdout-{file_mb}"
     limits = Limits(memory_bytes=256 * MB, processes=64, file_bytes=file_mb * MB, workspace_bytes=600 * MB,
                     transcript_bytes=1 * MB, tmp_bytes=64 * MB)
@@ -135,7 +138,7 @@ def test_gate_200mb_of_stdout_is_kept_bounded_and_scored_or_refused(targets, bou
     assert trial.reward == 1.0, trial.detail
     out = kept.read_bytes()
     assert len(out) <= MB + 200, len(out)
-    assert out.startswith(b"[sweep test.sh: the first ") and b"bytes of the test output were cut here]" in out
+    assert b"bytes cut here; the transcript keeps the first and the last" in out
     assert b"END-OF-OUTPUT" in out
     stored = sum(p.stat().st_size for p in (work / "logs").rglob("*") if p.is_file())
     assert stored < 2 * MB, stored

@@ -52,7 +52,7 @@ def test_a_fifo_left_by_the_solver_ends_the_rollout_with_the_reason(targets):
     assert rec.outcome is Outcome.verified, (rec.reason, rec.last_error)     # as without the FIFO
     solve = json.loads((camp / "runs" / "fifo" / "evidence" / "solve-r0001.json").read_text())
     rollout = solve["rollouts"][0]
-    assert rollout["reward"] is None and rollout["detail"] == "unsafe_workspace", rollout
+    assert rollout["reward"] == 0.0 and rollout["detail"] == "unsafe_workspace", rollout
     assert not [e for e in events(camp, "fifo") if e["kind"] == "attempt_failed"]
 
 
@@ -64,8 +64,10 @@ ATTACK = {code!r}
 
 class Exhausts(unittest.TestCase):
     def test_exhausts_a_bound(self):
-        os.chdir(os.path.dirname(os.environ["REPO_DIR"]))   # the attack writes under repo/
-        exec(ATTACK, {{}})
+        # the attacks write under repo/: a trial runs in the repository itself (REPO_DIR, the
+        # container's fixed /app), so the prefix is the working directory there
+        os.chdir(os.environ["REPO_DIR"])
+        exec(ATTACK.replace("'repo/", "'"), {{}})
 '''
 # what the ending's detail says for each attack (the gate's trial names the bound it hit)
 GATE_BOUND_DETAIL = {"memory": "hit its memory bound", "fork": "hit its processes bound",
@@ -143,7 +145,7 @@ def test_a_command_solver_exhausting_each_bound_ends_each_rollout_with_the_reaso
         if attack == "stdout":
             assert r["session"] == "ok" and r["reward"] == 0.0, r
         else:
-            assert r["session"] == "failed" and r["reward"] is None and r["detail"] == EXPECTED[attack], (attack, r)
+            assert r["session"] == "failed" and r["reward"] == 0.0 and r["detail"] == EXPECTED[attack], (attack, r)
     sessions = sorted((camp / "runs" / "bounds" / "sessions").glob("*-solver"))
     assert len(sessions) == len(COMMAND_ROLLOUTS)
     stdout = (sessions[COMMAND_ROLLOUTS.index("stdout")] / "stdout.txt").read_bytes()

@@ -12,7 +12,7 @@ import pytest
 
 from runstate.models import RunState
 from sweep.harbor.samples import make_verified_pr
-from tests.agent_sessions import FAKE_KEY
+from tests.agent_sessions import ENV_SECRETS, FAKE_KEY
 from tests.campaigns import status_json, sweep, write_plan
 from tests.fakes.anthropic_api import FakeAnthropic, Script
 from tests.fakes.openai_api import FakeOpenAI
@@ -65,7 +65,7 @@ def test_unusable_bwrap_parks_the_run_with_the_reason_and_runs_nothing(targets, 
             runtimes["solver"] = runtime
             options["solver"] = {"base_url": openai.url("solver"), "max_retries": 0, "model": "gpt-5",
                                  "prices": {"input_per_mtok": 1.25, "output_per_mtok": 10.0}}
-        plan = local_plan([candidate("pr", src, runtimes=runtimes, runtime_options=options)])
+        plan = local_plan([candidate("pr", src, runtimes=runtimes, runtime_options=options)], secrets=ENV_SECRETS)
         camp = root / "camp"
         plan_file = write_plan(root / "plan.json", plan)
         if runtime == "oracle":

@@ -38,7 +38,8 @@ class JobFactory:
         self.count = 0
 
     def spec(self, *args: str, gpus: int = 0, sleep: float = 0, env: dict[str, str] | None = None,
-             name: str | None = None, argv: list[str] | None = None) -> tuple[JobSpec, Path]:
+             name: str | None = None, argv: list[str] | None = None,
+             pass_env: tuple[str, ...] = ()) -> tuple[JobSpec, Path]:
         self.count += 1
         run_dir = self.root / f"run-{self.count}"
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -48,7 +49,7 @@ class JobFactory:
                        argv=argv if argv is not None else [sys.executable, WRITE_ARGV, str(out), *args],
                        workdir=run_dir, stdout=run_dir / "logs" / "controller.out",
                        stderr=run_dir / "logs" / "controller.err", gpus=gpus, env=job_env,
-                       script_path=run_dir / "logs" / "controller.sbatch")
+                       script_path=run_dir / "logs" / "controller.sbatch", pass_env=pass_env)
         return spec, out
 
 

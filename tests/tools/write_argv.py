@@ -18,7 +18,7 @@ WATCHED = ("SWEEP_JOB_ID", "CUDA_VISIBLE_DEVICES", "SWEEP_TEST_VALUE", "SLURM_JO
 def main() -> None:
     out = sys.argv[1]
     data = {"argv": sys.argv[2:], "cwd": os.getcwd(), "pid": os.getpid(), "pgid": os.getpgid(0),
-            "env": {k: os.environ.get(k) for k in WATCHED}}
+            "env": {k: os.environ.get(k) for k in WATCHED}, "all_env": dict(os.environ)}
     tmp = f"{out}.tmp.{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh)

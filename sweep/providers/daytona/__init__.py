@@ -43,6 +43,7 @@ from sweep.providers.base import (GpuRequest, SandboxError, SandboxExecResult, S
                                   SandboxSpec, TerminateOutcome, allowed_cidrs, check_tags, network_policy)
 from sweep.providers.image import image_spec
 from sweep.providers.remote import ClassifiedCalls, key_location, read_key
+from sweep.tree import extract_tar
 
 TAIL_BYTES = 16_384
 GONE_STATES = {"destroyed", "destroying"}
@@ -258,7 +259,8 @@ class DaytonaProvider(ClassifiedCalls):
             raise SandboxError(f"daytona: unpacking the workspace failed: {(resp.result or '')[-500:]}",
                                error_class="failure")
 
-    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path) -> None:
+    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path, *,
+                         only: list[str] | None = None, max_bytes: int | None = None) -> None:
         """`remote_dir` packed as one tar.gz in the sandbox and unpacked under `local_dir` (safe
         extraction: no absolute paths, no `..`, no links out)."""
         sb = self._sandbox(handle)
@@ -271,9 +273,8 @@ class DaytonaProvider(ClassifiedCalls):
             raise SandboxError(f"daytona: packing the workspace failed: {(resp.result or '')[-500:]}",
                                error_class="failure")
         data = self._call("download the workspace", sb.fs.download_file, f"{remote_dir.rstrip('/')}/{DOWNLOAD_NAME}")
-        local_dir.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(local_dir, filter="data")
+        # member by member, only the write paths, within the bound (never tarfile's extraction)
+        extract_tar(io.BytesIO(data), local_dir, only=only, max_bytes=max_bytes)
         try:
             sb.process.exec(f"rm -f {DOWNLOAD_NAME}", cwd=remote_dir, timeout=60)
         except DaytonaError:

@@ -5,11 +5,14 @@ everything is mounted) into which only these are bound:
 - the system toolchain, read-only: /usr and the /bin, /sbin, /lib* entries (as the symlinks they are
   on a merged-/usr system, as read-only binds otherwise);
 - a minimal /etc: name resolution, TLS certificates, the dynamic linker's cache, alternatives, time
-  zone; a generated passwd/group (root, the caller, nobody; no shadow, no credential file);
+  zone, the configuration Debian's JDKs keep there (/etc/java-*-openjdk); a generated passwd/group
+  (root, the caller, nobody; no shadow, no credential file);
 - the interpreter running sweep and sweep's own packages (the oracle and the network relay run in
   the sandbox), read-only;
 - the session's declared read paths and the program it runs, read-only;
-- the working directory read-only, and exactly the `write_paths` writable;
+- the working directory read-only, and exactly the `write_paths` writable; each at its host path,
+  or, under a directory of the spec's fixed view (ExecSpec.view), where the view puts it (a
+  trial's repository at /app, its tests at /tests, its logs at /logs);
 - a private /tmp (a size-bounded tmpfs, HOME inside it), its own /proc and a minimal /dev.
 Everything else of the host (the campaign, other runs, the operator's home, /root, /run, /var,
 /etc/slurm, munge, key files, host unix sockets) is simply absent: there is nothing to mask.
@@ -42,6 +45,9 @@ ETC_ALLOWED = ("nsswitch.conf", "host.conf", "gai.conf", "protocols", "services"
                "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone",
                "mime.types", "magic", "os-release", "debian_version", "inputrc", "terminfo",
                "locale.alias", "bash.bashrc", "profile", "shells", "python3", "manpath.config")
+# Toolchains that keep their configuration in /etc (Debian's JDKs: conf/security/java.security is
+# a link to /etc/java-17-openjdk/security/): shown read-only; they hold no credential.
+ETC_TOOLCHAIN_GLOBS = ("java-*-openjdk",)
 SANDBOX_RELAY_DIR = "/run/sweep-net"  # where the network relay's sockets appear (see network.py)
 DEFAULT_TMP_BYTES = 1 << 30           # the private /tmp's size when no bound is given
 
@@ -76,6 +82,18 @@ def probe_bwrap(refresh: bool = False) -> tuple[str | None, str]:
 
 def _depth(path: Path) -> tuple[int, str]:
     return (len(path.parts), str(path))
+
+
+def view_path(text: str, view: tuple[tuple[Path, str], ...]) -> str:
+    """`text` as the sandbox shows it: a host path under a directory of the view (ExecSpec.view)
+    moved to where the view puts it; anything else unchanged."""
+    for host, target in sorted(view, key=lambda v: -len(str(v[0]))):
+        root = str(host).rstrip("/")
+        if text == root:
+            return target
+        if text.startswith(root + "/"):
+            return target.rstrip("/") + text[len(root):]
+    return text
 
 
 def runtime_read_paths() -> set[Path]:
@@ -129,6 +147,9 @@ class SandboxView:
         args += ["--dir", "/etc"]
         for name in ETC_ALLOWED:
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        for pattern in ETC_TOOLCHAIN_GLOBS:
+            for path in sorted(Path("/etc").glob(pattern)):
+                args += ["--ro-bind-try", str(path), str(path)]
         passwd, group = _passwd_group()
         self.data = {"/etc/passwd": passwd, "/etc/group": group}
         if self.share_resolver:
@@ -146,13 +167,15 @@ class SandboxView:
         if Path(spec.cwd).resolve() != Path("/"):
             readable.add(Path(spec.cwd).resolve())
         readable = (readable | runtime_read_paths()) - writable
-        # Parents before children: a later bind overlays an earlier one, so `task/` (rw) must come
-        # after the workspace (ro) that contains it.
-        for path in sorted(readable | writable, key=_depth):
+        view = tuple((Path(h).resolve(), t) for h, t in spec.view)
+        # Parents before children (where the sandbox shows them): a later bind overlays an earlier
+        # one, so `task/` (rw) must come after the workspace (ro) that contains it.
+        for path in sorted(readable | writable, key=lambda p: _depth(Path(view_path(str(p), view)))):
+            shown = view_path(str(path), view)
             if path in writable:
-                args += ["--bind", str(path), str(path)]
+                args += ["--bind", str(path), shown]
             else:
-                args += ["--ro-bind-try", str(path), str(path)]
+                args += ["--ro-bind-try", str(path), shown]
         return args
 
     def data_fds(self) -> tuple[list[str], list[int]]:
@@ -178,9 +201,10 @@ class SandboxView:
                 os.close(fd)
 
 
-def bwrap_argv(bwrap: str, cwd: Path, argv: list[str], *, unshare_net: bool, mounts: list[str],
+def bwrap_argv(bwrap: str, cwd: Path | str, argv: list[str], *, unshare_net: bool, mounts: list[str],
                data_args: list[str], caps: tuple[str, ...] = ()) -> list[str]:
-    """The full command line: bwrap flags, the view's mounts, the generated files, then `argv`.
+    """The full command line: bwrap flags, the view's mounts, the generated files, then `argv` run
+    in `cwd` (the working directory as the sandbox shows it).
     `caps` are added back for the network relay only, which drops them before the program runs."""
     args = [bwrap, *BASE_FLAGS]
     for cap in caps:
@@ -189,5 +213,5 @@ def bwrap_argv(bwrap: str, cwd: Path, argv: list[str], *, unshare_net: bool, mou
         args.append("--unshare-net")
     args += mounts
     args += data_args
-    args += ["--remount-ro", "/", "--chdir", str(Path(cwd).resolve()), "--", *argv]
+    args += ["--remount-ro", "/", "--chdir", str(cwd), "--", *argv]
     return args

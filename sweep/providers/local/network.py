@@ -15,7 +15,8 @@
 
 An endpoint is written `HOST:PORT` (the sandbox connects to HOST:PORT, the relay to the same) or
 `NAME:PORT=HOST:PORT` (the sandbox connects to NAME:PORT, the relay to HOST:PORT; e.g. a name the
-agent expects, mapped to a local fake server). Inside the sandbox a name is mapped to its own
+agent expects, mapped to a local fake server), or `NAME:PORT=unix:/PATH` (the relay connects to a
+unix socket of the caller's: the metering relay of an agent CLI, sweep/runtimes/wire). Inside the sandbox a name is mapped to its own
 loopback address in a generated /etc/hosts; `localhost` and 127.x.y.z literals listen as given.
 """
 from __future__ import annotations
@@ -60,11 +61,12 @@ class Endpoint:
     target_host: str   # what the provider connects to on the host side
     target_port: int
     listen_ip: str = ""
+    target_unix: str = ""  # instead of target_host:port: a unix socket of the caller's (a metering relay)
 
     @property
     def text(self) -> str:
         inner = f"{self.name}:{self.port}"
-        outer = f"{self.target_host}:{self.target_port}"
+        outer = f"unix:{self.target_unix}" if self.target_unix else f"{self.target_host}:{self.target_port}"
         return inner if inner == outer else f"{inner}={outer}"
 
 
@@ -92,7 +94,14 @@ def parse_endpoints(entries: list[str] | tuple[str, ...]) -> list[Endpoint]:
             raise ConfigError(f"endpoint {entry!r} is not a string", field="endpoints")
         inner, sep, outer = entry.partition("=")
         name, port = _host_port(inner.strip(), "")
-        target_host, target_port = _host_port(outer.strip(), "target") if sep else (name, port)
+        target_unix = ""
+        if sep and outer.strip().startswith("unix:"):
+            target_unix = outer.strip()[len("unix:"):]
+            if not os.path.isabs(target_unix):
+                raise ConfigError(f"endpoint {entry!r}: a unix target must be an absolute path", field="endpoints")
+            target_host, target_port = "", 0
+        else:
+            target_host, target_port = _host_port(outer.strip(), "target") if sep else (name, port)
         try:
             address = ipaddress.ip_address(name)
         except ValueError:
@@ -112,7 +121,7 @@ def parse_endpoints(entries: list[str] | tuple[str, ...]) -> list[Endpoint]:
         if (listen, port) in taken:
             raise ConfigError(f"endpoint {entry!r} is listed twice", field="endpoints")
         taken.add((listen, port))
-        out.append(Endpoint(name, port, target_host, target_port, listen))
+        out.append(Endpoint(name, port, target_host, target_port, listen, target_unix))
     return out
 
 
@@ -164,7 +173,12 @@ class HostRelay:
 
     def _serve(self, inner: socket.socket, ep: Endpoint) -> None:
         try:
-            outer = socket.create_connection((ep.target_host, ep.target_port), timeout=CONNECT_TIMEOUT_S)
+            if ep.target_unix:
+                outer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                outer.settimeout(CONNECT_TIMEOUT_S)
+                outer.connect(ep.target_unix)
+            else:
+                outer = socket.create_connection((ep.target_host, ep.target_port), timeout=CONNECT_TIMEOUT_S)
         except OSError:
             inner.close()
             return

@@ -142,6 +142,33 @@ def _leader_exited(pid: int) -> bool:
     return info is not None and info.si_pid != 0
 
 
+def _stop(proc: subprocess.Popen, pgid: int, kill_grace_s: float, end_signal: int | None) -> None:
+    """TERM the group and wait out the grace; then, if the leader is the keeper, its end signal."""
+    signal_group(pgid, signal.SIGTERM)
+    grace_end = time.monotonic() + kill_grace_s
+    while not _leader_exited(proc.pid) and time.monotonic() < grace_end:
+        time.sleep(POLL_S)
+    if end_signal is not None and not _leader_exited(proc.pid):
+        os.kill(proc.pid, end_signal)      # the leader is alive (not even a zombie): its pid is ours
+        end_by = time.monotonic() + 5.0
+        while not _leader_exited(proc.pid) and time.monotonic() < end_by:
+            time.sleep(POLL_S)
+
+
+def _drain_pumps(proc: subprocess.Popen, pumps: list[_Pump]) -> None:
+    for pump in pumps:
+        pump.join(timeout=5.0)   # a process that escaped the group may hold the pipe open: do not hang
+    for pump, stream in zip(pumps, (proc.stdout, proc.stderr), strict=True):
+        if pump.is_alive():
+            continue   # closing a reader another thread is blocked in would deadlock; it is a daemon
+        if stream is None:
+            continue
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+
 def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: float,
                 stdout_path: Path | None, stderr_path: Path | None, secrets: list[str],
                 kill_grace_s: float, pass_fds: tuple[int, ...] = (), stdin_path: Path | None = None,
@@ -196,31 +223,13 @@ def run_process(argv: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
             stopped = "stalled"
         if now >= deadline or stopped is not None:
             timed_out = stopped is None
-            signal_group(pgid, signal.SIGTERM)
-            grace_end = time.monotonic() + kill_grace_s
-            while not _leader_exited(proc.pid) and time.monotonic() < grace_end:
-                time.sleep(POLL_S)
-            if end_signal is not None and not _leader_exited(proc.pid):
-                os.kill(proc.pid, end_signal)      # the leader is alive (not even a zombie): its pid is ours
-                end_by = time.monotonic() + 5.0
-                while not _leader_exited(proc.pid) and time.monotonic() < end_by:
-                    time.sleep(POLL_S)
+            _stop(proc, pgid, kill_grace_s, end_signal)
             break
         time.sleep(POLL_S)
     # Kill whatever is left in the group while the leader's zombie still pins the group id.
     signal_group(pgid, signal.SIGKILL)
     rc = proc.wait()
-    for pump in pumps:
-        pump.join(timeout=5.0)   # a process that escaped the group may hold the pipe open: do not hang
-    for pump, stream in zip(pumps, (proc.stdout, proc.stderr), strict=True):
-        if pump.is_alive():
-            continue   # closing a reader another thread is blocked in would deadlock; it is a daemon
-        if stream is None:
-            continue
-        try:
-            stream.close()
-        except OSError:
-            pass
+    _drain_pumps(proc, pumps)
     sig = -rc if rc is not None and rc < 0 else None
     return ProcessOutcome(rc=rc, timed_out=timed_out, duration_s=time.monotonic() - started,
                           stdout_tail=pumps[0].tail.decode(errors="replace"),

@@ -39,6 +39,7 @@ from sweep.providers.base import (SandboxError, SandboxExecResult, SandboxHandle
                                   sandbox_name)
 from sweep.providers.image import image_spec
 from sweep.providers.remote import ClassifiedCalls, key_location, read_key
+from sweep.tree import extract_tar
 
 TAIL_CHARS = 16_384
 # stop the process whose pid is in the file "$0" and all its descendants: stop each first (it
@@ -245,7 +246,8 @@ class ModalProvider(ClassifiedCalls):
         if r.rc != 0:
             raise SandboxError(f"modal: unpacking the workspace failed: {r.stderr_tail[-500:]}", error_class="failure")
 
-    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path) -> None:
+    def download_archive(self, handle: SandboxHandle, remote_dir: str, local_dir: Path, *,
+                         only: list[str] | None = None, max_bytes: int | None = None) -> None:
         r = self.exec(handle, ["bash", "-c", f": > {DOWNLOAD_NAME} && tar --exclude=./{DOWNLOAD_NAME} -czf {DOWNLOAD_NAME} ."],
                       cwd=remote_dir, timeout_s=600)
         if r.rc != 0:
@@ -253,9 +255,8 @@ class ModalProvider(ClassifiedCalls):
         sb = self._sandbox(handle.sandbox_id)
         data = self._call("download the workspace", sb.filesystem.read_bytes,
                           f"{remote_dir.rstrip('/')}/{DOWNLOAD_NAME}")
-        local_dir.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(local_dir, filter="data")
+        # member by member, only the write paths, within the bound (never tarfile's extraction)
+        extract_tar(io.BytesIO(data), local_dir, only=only, max_bytes=max_bytes)
         self.exec(handle, ["rm", "-f", DOWNLOAD_NAME], cwd=remote_dir, timeout_s=60)
 
     def terminate(self, handle: SandboxHandle) -> str:

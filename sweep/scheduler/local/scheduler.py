@@ -27,8 +27,8 @@ from typing import Any
 from pathlib import Path
 
 from runstate.errors import SchedulerError
-from sweep.scheduler.base import (LANE_CPU, LANE_GPU, EndStates, JobInfo, JobSpec, QueueSnapshot,
-                                  check_name_prefix, validate_job)
+from sweep.scheduler.base import (LANE_CPU, LANE_GPU, EndStates, JobInfo, JobSpec, Preflight, QueueSnapshot,
+                                  StopCause, check_name_prefix, validate_job, without_job_context)
 from sweep.proc import boot_id, group_members, process_start_time, signal_group
 from sweep.scheduler.local.records import FILE_MODE, JobRecord, StateDir, is_alive
 
@@ -56,6 +56,8 @@ class LocalScheduler:
     """The `local` backend. State lives in `state_dir` (e.g. `<campaign>/local-jobs/`, 0700)."""
 
     name = "local"
+    uses_lanes = False
+    jobs_get_tickers_environment = True
 
     def __init__(self, state_dir: Path, name_prefix: str, *, cpu_slots: int | None = None,
                  gpu_slots: int | None = None, call_timeout: float = 20.0,
@@ -148,6 +150,27 @@ class LocalScheduler:
                                  f"gpu slots in use, {job.name} needs {job.gpus}")
         return free[:job.gpus]
 
+    # -- the backend's side: before a campaign exists, and inside a running job ------------------
+    @classmethod
+    def preflight(cls, settings: Any, needs_gpu_lane: bool, max_gpus: int) -> Preflight:
+        """Nothing to ask: this machine's slots are counted by the tick (capacity())."""
+        return Preflight([], "the local backend runs jobs on this machine; nothing to check")
+
+    @classmethod
+    def job_restart_count(cls, environ: Mapping[str, str], job_id: str) -> int:
+        return 0        # a local job is never restarted: the tick submits a new one
+
+    @classmethod
+    def job_stop_cause(cls, job_id: str, restarts: int, environ: Mapping[str, str]) -> StopCause:
+        return StopCause("cancelled", "SIGTERM from the local backend (a cancel)")
+
+    def job_environment(self, job: JobSpec) -> dict[str, str]:
+        """A local job is a process of this machine: it inherits the submitter's environment, bar
+        the submitter's own scheduler job context (SLURM_JOB_ID, SLURM_RESTART_COUNT, ... of a
+        tick run inside a Slurm job), with `job.env` over it; besides that, SWEEP_JOB_ID and, on
+        the GPU lane, CUDA_VISIBLE_DEVICES."""
+        return {**without_job_context(self._base_env()), **job.env}
+
     def _device_ids(self) -> list[str]:
         """Device ids for CUDA_VISIBLE_DEVICES: the caller's own restriction if it has one."""
         visible = self._base_env().get("CUDA_VISIBLE_DEVICES")
@@ -158,7 +181,7 @@ class LocalScheduler:
 
     def _launch(self, job: JobSpec, record: JobRecord) -> str | None:
         """Start the launcher and wait for it: "" = running, text = why not, None = no answer."""
-        env = {**self._base_env(), **job.env, "SWEEP_JOB_ID": record.job_id}
+        env = {**self.job_environment(job), "SWEEP_JOB_ID": record.job_id}
         if record.gpu_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(record.gpu_ids)
         read_fd, write_fd = os.pipe()

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
-from sweep.scheduler.base import EndStates
+from sweep.scheduler.base import EndStates, StopCause
 from sweep.scheduler.slurm.client import SlurmCallFailed, client_env, run_client
 
 _JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
@@ -72,13 +71,6 @@ def end_states(job_ids: Iterable[str], *, source: str = "sacct", env: Mapping[st
 
 
 # ---- the controller's question --------------------------------------------------------------
-
-@dataclass(frozen=True)
-class StopCause:
-    cause: str            # preempted | requeued | node_fail | time_limit | cancelled | unknown
-    detail: str
-    requeued: bool = False     # Slurm requeues this same job id: the run stays active for it
-
 
 def parse_scontrol_job(text: str) -> dict[str, str]:
     """`scontrol show job` output -> {Key: value} (values up to the next space)."""

@@ -4,6 +4,12 @@ What a call costs the site: `queue()` is one squeue for this user's jobs (filter
 campaign by job-name prefix here, not by Slurm); `submit` is one sbatch; `cancel` one scancel for
 all ids. Nothing else is called. Everything reaches Slurm as an argv list; the only text a shell
 ever reads is the job script, whose variable parts are validated and quoted (see script.py).
+
+The job's environment is exactly `job_environment(job)`: sbatch runs with that environment (plus
+SLURM_CONF, which the client itself needs) and `--export=ALL`, so the job gets precisely what
+sbatch had and nothing from a login shell. `--export=NONE` or a list of names would not do:
+Slurm then also passes every SLURM_* variable of the submitter (a scrontab tick's
+SLURM_RESTART_COUNT reached every controller) and loads the user's login environment on the node.
 """
 from __future__ import annotations
 
@@ -12,12 +18,14 @@ from typing import TYPE_CHECKING
 import os
 import pwd
 import re
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from runstate.errors import SchedulerError, SubmissionUncertain
 from sweep.models.lanes import LanesSettings
-from sweep.scheduler.base import JobSpec, QueueSnapshot, check_name_prefix, validate_job
+from sweep.scheduler.base import (NOT_JOB_CONTEXT, JobSpec, QueueSnapshot, check_name_prefix,
+                                  passed_environment, validate_job)
 from sweep.scheduler.slurm.client import (SQUEUE_ENV_PREFIX, SlurmCallFailed, client_env,
                                           run_client)
 from sweep.scheduler.slurm.script import render_controller_script, write_private
@@ -30,13 +38,16 @@ _JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
 _UNSAFE_PATH_CHARS = ("%", "\\", "\n", "\r", "\0")
 
 if TYPE_CHECKING:
-    from sweep.scheduler.base import EndStates
+    from sweep.models.lanes import SchedulerSettings
+    from sweep.scheduler.base import EndStates, Preflight, StopCause
 
 
 class SlurmScheduler:
     """The `slurm` backend. One instance per tick; it keeps no state between calls."""
 
     name = "slurm"
+    uses_lanes = True
+    jobs_get_tickers_environment = False
 
     def __init__(self, name_prefix: str, lanes: LanesSettings | None = None, *,
                  call_timeout: float = 20.0, squeue_user: str = "me", signal: str = "B:USR1@120",
@@ -65,6 +76,7 @@ class SlurmScheduler:
             f"--output={job.stdout}",
             f"--error={job.stderr}",
             "--open-mode=append",     # every attempt's log kept in one file
+            "--export=ALL",           # exactly sbatch's own environment, which submit() builds
             f"--signal={lane.job_signal(self.signal)}",   # the time-limit warning (SIGUSR1)
             lane.requeue_option(),    # --no-requeue unless the lane lets Slurm requeue (docs/slurm.md)
             *lane.sbatch_options(job.gpus),
@@ -81,15 +93,21 @@ class SlurmScheduler:
             raise SchedulerError(f"refusing to submit {job.name!r}: {exc}") from None
         script_path = Path(job.script_path or Path(job.stdout).parent / "controller.sbatch")
         options = self.sbatch_options(job)
+        source = client_env(self._env)
+        job_env = self.job_environment(job)
+        # the client's own configuration (SLURM_CONF) on top: it also reaches the job, which needs it
+        sbatch_env = {**job_env, **{k: source[k] for k in NOT_JOB_CONTEXT if k in source}}
+        sbatch = shutil.which("sbatch", path=source.get("PATH")) or "sbatch"
         # the controller argv goes after the script as its arguments, never into its text
-        argv = ["sbatch", *options, str(script_path), *job.argv]
+        argv = [sbatch, *options, str(script_path), *job.argv]
         try:
             _prepare_logs(job)
-            write_private(script_path, render_controller_script(job.name, options, job.env))
+            write_private(script_path, render_controller_script(job.name, options, job.env,
+                                                                passed=sorted(sbatch_env)))
         except OSError as exc:
             raise SchedulerError(f"cannot prepare job {job.name}: {exc}", path=exc.filename) from None
         try:
-            out = run_client(argv, env=client_env(self._env), timeout=self.call_timeout)
+            out = run_client(argv, env=sbatch_env, timeout=self.call_timeout)
         except SlurmCallFailed as exc:
             if exc.uncertain:
                 raise SubmissionUncertain(
@@ -132,11 +150,44 @@ class SlurmScheduler:
     def capacity(self) -> dict[str, int | None]:
         return {"cpu": None, "gpu": None}   # the site decides; sweep does not count its GPUs
 
+    def job_environment(self, job: JobSpec) -> dict[str, str]:
+        """The job's environment besides SWEEP_JOB_ID, SLURM_CONF and Slurm's own SLURM_* for the
+        job: its `pass_env` names from the submitter's environment and `job.env`, nothing else."""
+        return passed_environment(job, client_env(self._env))
+
     # -- end states (accounting.py) -------------------------------------------------------------
     def end_states(self, job_ids: Iterable[str]) -> EndStates:
         """How vanished jobs ended: ONE bounded sacct call (see accounting.py)."""
         from sweep.scheduler.slurm.accounting import end_states
         return end_states(job_ids, source=self.accounting, env=self._env, timeout=self.call_timeout)
+
+    # -- the backend's side: before a campaign exists, and inside a running job ------------------
+    @classmethod
+    def preflight(cls, settings: SchedulerSettings, needs_gpu_lane: bool, max_gpus: int) -> Preflight:
+        """The lanes against the cluster and MessageTimeout: one sinfo, one scontrol (preflight.py)."""
+        from sweep.scheduler.slurm.preflight import preflight
+        return preflight(settings, needs_gpu_lane, max_gpus)
+
+    @classmethod
+    def job_restart_count(cls, environ: Mapping[str, str], job_id: str) -> int:
+        """SLURM_RESTART_COUNT, only inside `job_id` itself (SLURM_JOB_ID is it): a count from any
+        other job's environment is never this one's."""
+        if environ.get("SLURM_JOB_ID") != job_id:
+            return 0
+        try:
+            return max(0, int(environ.get("SLURM_RESTART_COUNT", "0")))
+        except ValueError:
+            return 0
+
+    @classmethod
+    def job_stop_cause(cls, job_id: str, restarts: int, environ: Mapping[str, str]) -> StopCause:
+        """After SIGTERM: ONE `scontrol show job` (accounting.py); outside a Slurm job of its own
+        (no SLURM_JOB_ID, or another job's) a SIGTERM is a cancel."""
+        from sweep.scheduler.base import StopCause
+        from sweep.scheduler.slurm.accounting import stop_cause
+        if environ.get("SLURM_JOB_ID") != job_id:
+            return StopCause("cancelled", "SIGTERM outside a Slurm job of its own (a cancel)")
+        return stop_cause(job_id, restarts, env=environ)
 
 
 def _check_path(label: str, path: Path) -> None:

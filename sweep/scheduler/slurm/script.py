@@ -23,9 +23,13 @@ def _comment(text: str) -> str:
     return "# " + text.encode("unicode_escape").decode("ascii")
 
 
-def render_controller_script(job_name: str, sbatch_options: Sequence[str], env: Mapping[str, str]) -> str:
+def render_controller_script(job_name: str, sbatch_options: Sequence[str], env: Mapping[str, str],
+                             passed: Sequence[str] = ()) -> str:
+    """`passed`: the names of the environment sbatch ran with (recorded, never their values)."""
     header = [_comment(f"job name: {job_name}"),
               _comment("sbatch options: " + shlex.join(sbatch_options)),
+              _comment("environment (--export=ALL of exactly these, values not kept here): "
+                       + (" ".join(passed) or "none")),
               _comment("controller argv: passed as script arguments (see the run's events)")]
     exports = [f"export {key}={shlex.quote(value)}" for key, value in check_job_env(env).items()]
     text = load_template()

@@ -1,0 +1,53 @@
+"""`sweep eval`: evaluation campaigns (docs/eval.md)."""
+from __future__ import annotations
+
+import click
+
+
+@click.group("eval")
+def eval_group() -> None:
+    """Evaluate solver arms x repeats over a Harbor dataset (docs/eval.md)."""
+
+
+@eval_group.command("init")
+@click.argument("plan", type=click.Path(dir_okay=False))
+@click.option("--campaign", "campaign", required=True, type=click.Path(file_okay=False),
+              help="The evaluation's directory (new; the same plan again is a no-op).")
+def init(plan: str, campaign: str) -> None:
+    """Freeze the evaluation plan and its assignment manifest into --campaign DIR."""
+    from pathlib import Path
+
+    from sweep.eval.cells import init_eval
+    frozen, manifest, created = init_eval(Path(plan), Path(campaign))
+    verb = "created" if created else "unchanged"
+    click.echo(f"{verb} {campaign}: {len(manifest.cells)} cells ({len({c.task_id for c in manifest.cells})} tasks x "
+               f"{len(manifest.arms)} arms x {manifest.repeats} repeats), manifest sha256 {frozen.manifest_sha256}")
+
+
+@eval_group.command("run")
+@click.option("--campaign", "campaign", required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("--max-cells", type=click.IntRange(min=1), default=None, help="Stop after this many cells.")
+def run(campaign: str, max_cells: int | None) -> None:
+    """Run the cells that have no result yet, in manifest order, on this machine."""
+    from pathlib import Path
+
+    from sweep.eval.run import run_pending
+    ran, done = run_pending(Path(campaign), limit=max_cells)
+    click.echo(f"ran {ran} cells ({done} had ended before)")
+
+
+@eval_group.command("report")
+@click.option("--campaign", "campaign", required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("--json", "as_json", is_flag=True, help="The figures as JSON.")
+def report(campaign: str, as_json: bool) -> None:
+    """Per-arm pass rates with 95% intervals, pass@k, cost per solved task, median time, and paired
+    comparisons of the arms on the same tasks."""
+    from pathlib import Path
+
+    from sweep.eval.report import collect, render
+    summary = collect(Path(campaign))
+    if as_json:
+        import json
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(render(summary))

@@ -1,0 +1,113 @@
+"""The evaluation plan: what `sweep eval init PLAN` reads (TOML or JSON) and freezes.
+
+Every model forbids unknown keys, as the generation plan does (sweep/models/plan.py): a typo is an
+error naming the field. A setting the evaluation cannot honour yet is refused here, never accepted
+and ignored (docs/eval.md says which).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sweep.models.plan import NAME_RE as CAMPAIGN_NAME_RE
+from sweep.models.plan import LimitSettings, Strict
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+class Budget(Strict):
+    """One arm's budget envelope, per solver session: its walltime, its turns and its spend."""
+
+    wall_s: float = Field(default=900, gt=0, le=7 * 86400)
+    max_turns: int | None = Field(default=None, ge=1, le=100_000)
+    max_usd: float | None = Field(default=None, ge=0)
+
+
+class Arm(Strict):
+    """One solver configuration: every task is solved by every arm, `repeats` times."""
+
+    name: str
+    runtime: str
+    runtime_options: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    instructions: str = ""              # appended to the task's instruction
+    gate_feedback: int = Field(default=0, ge=0, le=20)
+    budget: Budget = Field(default_factory=Budget)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r}: an arm name is 1-64 lowercase letters, digits, '.', '_', '-'")
+        return v
+
+    @field_validator("runtime")
+    @classmethod
+    def _check_runtime(cls, v: str) -> str:
+        from sweep.runtimes.facts import RUNTIMES
+        if v not in RUNTIMES:
+            raise ValueError(f"unknown runtime {v!r} (runtimes: {', '.join(RUNTIMES)})")
+        return v
+
+    @field_validator("gate_feedback")
+    @classmethod
+    def _no_feedback_yet(cls, v: int) -> int:
+        if v:
+            raise ValueError("gate_feedback cycles are not implemented yet: only 0 (the final verifier run "
+                             "alone decides the reward) is accepted (docs/eval.md)")
+        return v
+
+
+class EvalPlan(Strict):
+    """An evaluation: the dataset, the arms, how many repeats, the seed of the assignment."""
+
+    kind: Literal["eval"] = "eval"
+    name: str
+    dataset: str                        # a Harbor dataset directory (relative: to the plan file)
+    arms: list[Arm] = Field(min_length=1, max_length=64)
+    repeats: int = Field(default=1, ge=1, le=1000)
+    seed: int = Field(ge=0, lt=2**63)
+    isolation: Literal["bwrap", "none"] = "bwrap"
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        if not CAMPAIGN_NAME_RE.fullmatch(v):
+            raise ValueError(f"{v!r}: an evaluation name is 1-64 letters, digits, '.', '_', '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_arms(self) -> "EvalPlan":
+        names = [a.name for a in self.arms]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"arm names must be unique: {', '.join(dup)} appear more than once")
+        return self
+
+
+def load_eval_plan(path) -> EvalPlan:
+    """The plan at `path` (TOML, or JSON by its suffix), validated; a ConfigError naming the file
+    and the field for anything wrong."""
+    import json
+    import tomllib
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from runstate.errors import ConfigError, validation_problem
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = json.loads(text) if p.suffix.lower() == ".json" else tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"cannot read the evaluation plan: {exc}", path=p) from None
+    if not isinstance(data, dict):
+        raise ConfigError("expected a table/object at the top level", path=p)
+    try:
+        return EvalPlan.model_validate(data)
+    except ValidationError as exc:
+        field, msg = validation_problem(exc, unknown="unknown field (check the spelling; see docs/eval.md for the fields)")
+        raise ConfigError(msg, path=p, field=field) from None

@@ -1,0 +1,1 @@
+"""Whether a task's tests discriminate: mechanical mutants and probes (docs/tasks.md)."""

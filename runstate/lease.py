@@ -146,11 +146,14 @@ def _put_back(tomb: Path, rdir: Path) -> bool:
     return restored
 
 
-def _take_own(rdir: Path, token: str, attempts: int = 5) -> tuple[Path, Lease]:
+def _take_own(rdir: Path, token: str, attempts: int = 8) -> tuple[Path, Lease]:
     """Take the lease if it carries `token`; raise LeaseLost otherwise.
 
-    A missing lease is retried briefly: a reaper may hold it in a tombstone for a moment before
-    putting it back (it compares bytes, and a lease that changed since it was judged goes back).
+    A missing lease is retried for up to about 2.5 s: another process may hold it in a tombstone
+    for a moment before putting it back or re-issuing it (a reaper compares bytes; a tick handing
+    it over writes and fsyncs the new version first). On a loaded machine that moment has lasted
+    longer than 0.3 s, and a controller starting while its tick handed the lease over took the
+    lease for gone and exited.
     """
     delay = 0.02
     for attempt in range(attempts):

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson  # noqa: E402
 
 from runstate import RunState, load_record, read_lease, release_lease, save_record  # noqa: E402
-from runstate.lease import hand_over_lease  # noqa: E402
+from runstate.lease import LeaseLost, hand_over_lease  # noqa: E402
 from runstate.runs import run_dir  # noqa: E402
 
 
@@ -39,7 +39,13 @@ def main() -> int:
         print(f"payload {args.run_id}: not my lease; exiting", flush=True)
         return 3
     if view.lease.job_id is None:
-        hand_over_lease(rdir, token=args.token, job_id=job_id)
+        try:
+            hand_over_lease(rdir, token=args.token, job_id=job_id)
+        except LeaseLost:       # the tick handed it over at the same moment (as the controller allows)
+            view = read_lease(rdir)
+            if view is None or view.lease is None or view.lease.job_id != job_id:
+                print(f"payload {args.run_id}: lost the hand-over; exiting", flush=True)
+                return 3
     deadline = time.time() + 60
     while True:
         rec = load_record(rdir).value

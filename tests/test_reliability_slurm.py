@@ -44,6 +44,12 @@ def _live(cluster, prefix):
     return [r for r in rows if r[1].startswith(prefix) and r[2] not in ("COMPLETED", "CANCELLED", "FAILED")]
 
 
+def _controller_output(rdir):
+    """What the run's controller job printed (why a job left the queue early)."""
+    logs = rdir / "logs"
+    return {p.name: p.read_text(errors="replace")[-2000:] for p in sorted(logs.glob("controller.*"))}
+
+
 def _wait(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -131,7 +137,8 @@ def test_a_timed_out_sbatch_keeps_its_lease_and_the_job_is_adopted_not_submitted
         assert rec.submit_token == lease.token
         for _ in range(3):     # and never a second job for the run
             sweep("tick", "--campaign", str(d), env=env)
-            assert len(_live(slurm_cluster, c.job_prefix)) == 1, _live(slurm_cluster, c.job_prefix)
+            live = _live(slurm_cluster, c.job_prefix)
+            assert len(live) == 1, (live, _controller_output(rdir))
         events = (rdir / "events.jsonl").read_text()
         assert "adopted" in events
     finally:

@@ -119,6 +119,34 @@ def test_handover_heartbeat_release_only_by_the_token_holder(tmp_path):
         heartbeat_lease(rdir, token="tok")
 
 
+def _slow_handover(rdir, held_s, started):
+    """A tick handing the lease over on a loaded machine: the lease sits in its tombstone for held_s."""
+    path = rdir / "lease.json"
+    tomb = rdir / ".lease.json.tomb.slow"
+    os.rename(path, tomb)
+    started.set()
+    time.sleep(held_s)
+    os.link(tomb, path)
+    os.unlink(tomb)
+
+
+@pytest.mark.parametrize("held_s", [0.2, 1.0])
+def test_a_handover_waits_out_another_process_holding_the_lease_in_its_tombstone(tmp_path, held_s):
+    # CI: a controller starting while its tick handed the lease over found no lease for 0.3 s, took
+    # it for reaped and exited; its job vanished right after the tick adopted it
+    rdir = create_run_dir(tmp_path, "r1")
+    assert acquire_lease(rdir, run_id="r1", token="tok") is not None
+    started = CTX.Event()
+    other = CTX.Process(target=_slow_handover, args=(rdir, held_s, started))
+    other.start()
+    try:
+        assert started.wait(10)
+        lease = hand_over_lease(rdir, token="tok", job_id="7")
+    finally:
+        other.join(10)
+    assert lease.job_id == "7" and read_lease(rdir).lease.job_id == "7"
+
+
 def test_staleness_rule():
     from runstate.lease import LeaseView
     from runstate.models import Lease

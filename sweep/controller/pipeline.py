@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from runstate.errors import SweepError
-from runstate.lease import LeaseLost, hand_over_lease, heartbeat_lease, read_lease, release_lease
+from runstate.lease import LeaseLost, LeaseView, hand_over_lease, heartbeat_lease, read_lease, release_lease
 from runstate.markers import is_draining, stamp_outage, stamp_provider
 from runstate.checkpoints import EvaluateCheckpoint
 from runstate.models import Cooldown, EndReason, Outcome, RunRecord, RunState, truncate, validate_run_id
@@ -64,6 +64,21 @@ class Heartbeat(threading.Thread):
                 continue    # a flaky mount: try again next interval; the TTL is much longer
 
 
+# ---- lease hand-over ----------------------------------------------------------------------------
+
+def _hand_over_to_self(rdir: Path, token: str, job_id: str) -> LeaseView | None:
+    """Take the lease for this job; the lease as it then is.
+
+    The tick may be handing it over at the same moment (after sbatch, or adopting the job): then
+    our hand-over can lose the race, and the lease the tick wrote names this job already.
+    """
+    try:
+        hand_over_lease(rdir, token=token, job_id=job_id)
+    except LeaseLost:
+        pass
+    return read_lease(rdir)
+
+
 # ---- entry point --------------------------------------------------------------------------------
 
 def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | None = None) -> int:
@@ -82,12 +97,12 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
     runtime_sha = check_runtime(campaign.dir)            # refuses a runtime other than the frozen one
 
     view = read_lease(rdir)
+    if view is not None and view.lease is not None and view.lease.token == token and view.lease.job_id is None:
+        view = _hand_over_to_self(rdir, token, job_id)          # the tick died before handing over
     if view is None or view.lease is None or view.lease.token != token:
         print(f"{run_id}: the lease is not this submission's (token {token}); exiting without acting")
         return ExitCode.not_holder
-    if view.lease.job_id is None:
-        hand_over_lease(rdir, token=token, job_id=job_id)       # the tick died before handing over
-    elif view.lease.job_id != job_id:
+    if view.lease.job_id != job_id:
         print(f"{run_id}: the lease is held by job {view.lease.job_id}; exiting without acting")
         return ExitCode.not_holder
     record = _wait_for_record(rdir, job_id, token)

@@ -150,6 +150,10 @@ budget = { wall_s = 2, max_turns = 7, max_usd = 0.5 }
     sweep("eval", "run", "--campaign", str(camp), timeout=60)
     result = json.loads((camp / "cells" / "c00000" / "result.json").read_text())
     assert result["reward"] == 0.0 and result["session_status"] == "timeout" and result["wall_s"] < 20
+    # its Harbor trial: reward 0 with Harbor's own AgentTimeoutError (whose policy keeps the reward valid)
+    trial = json.loads((camp / "jobs" / "bounded" / "fix-clamp__c00000" / "result.json").read_text())
+    assert trial["verifier_result"] == {"rewards": {"reward": 0.0}} and trial["verifier"] is None
+    assert trial["exception_info"]["exception_type"] == "AgentTimeoutError"
     session = camp / "cells" / "c00000" / "sessions" / "0001-solver"
     assert json.loads((session / "argv.json").read_text())["argv"][-2:] == ["7", "0.5"]
     prompt = (session / "prompt.md").read_text()

@@ -63,7 +63,9 @@ class CellResult(BaseModel):
     cost_usd: float | None = None
     turns: int | None = None
     session_s: float | None = None
+    session_started_at: float | None = None
     trial_s: float | None = None
+    trial_started_at: float | None = None
     wall_s: float
     ended_at: float
 

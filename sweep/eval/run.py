@@ -15,6 +15,7 @@ from pathlib import Path
 from runstate.atomic import write_atomic
 from runstate.errors import StateError
 from sweep.eval.cells import TRIAL_TIMEOUT_S, CellResult, Frozen, dump_json, arm_options, load_eval, read_result
+from sweep.eval.harbor_job import write_job
 from sweep.eval.manifest import Cell
 
 LOCK = "runner.lock"
@@ -48,6 +49,7 @@ def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int]:
     lock = _take_lock(out)
     ran = done = 0
     try:
+        write_job(out, frozen, manifest)          # what a runner killed after a cell's result left out
         for cell in manifest.cells:
             if read_result(out, cell.cell_id) is not None:
                 done += 1
@@ -56,6 +58,7 @@ def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int]:
                 break
             result = run_cell(out, frozen, cell)
             write_atomic(out / "cells" / cell.cell_id / "result.json", dump_json(result.model_dump(mode="json")))
+            write_job(out, frozen, manifest, cell=cell)
             shutil.rmtree(out / "cells" / cell.cell_id / "work", ignore_errors=True)
             ran += 1
     finally:
@@ -101,14 +104,16 @@ def run_cell(out: Path, frozen: Frozen, cell: Cell) -> CellResult:
                          runtime_options=arm_options(arm), workspace=work / "ws", session_dir=cdir / "sessions" / "0001-solver",
                          prompt=prompt, inputs={}, limits=limits.for_role(spec.limits.overrides()).to_limits(),
                          cost_limit_usd=arm.budget.max_usd)
+    session_started = time.time()
     session = run_session(req, provider)
     kw = dict(session_status=session.status, failure_class=session.failure_class, cost_usd=session.cost_usd,
-              turns=session.turns, session_s=session.duration_s)
+              turns=session.turns, session_s=session.duration_s, session_started_at=session_started)
     if not session.ok:
         # the session ended without finishing (its bound, a crash): the task was not solved
         return _ended(frozen, cell, started, 0.0, f"solver session {session.status}: {session.reason or ''} "
                                                   f"{session.evidence[:200]}", **kw)
+    trial_started = time.time()
     trial = run_trial(task, work / "ws" / "repo", provider=provider, workdir=work / "trial", timeout_s=TRIAL_TIMEOUT_S,
                       limits=limits.to_limits(), harness=bundle_harness(task))
     reward = 0.0 if trial.reward is None else trial.reward
-    return _ended(frozen, cell, started, reward, trial.detail, trial_s=trial.duration_s, **kw)
+    return _ended(frozen, cell, started, reward, trial.detail, trial_s=trial.duration_s, trial_started_at=trial_started, **kw)

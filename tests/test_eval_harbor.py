@@ -1,0 +1,185 @@
+"""An evaluation over a Harbor dataset made by hand (not by sweep's export): three tasks in Harbor's
+own conventions (task.toml, instruction.md, environment/, tests/test.sh writing
+/logs/verifier/reward.txt, solution/solve.sh), two command arms (one that knows every fix, one that
+changes nothing) x 3 repeats on the local backend; the rewards and the report against a hand
+computation; the Harbor job the cells are also written as, opened with Harbor 0.26.0's own models
+and viewer (tests/harbor_job_check.py, in the Harbor venv as tests/test_export_harbor.py runs it)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.campaigns import sweep
+from tests.test_export_harbor import HARBOR_VERSION, REPO, harbor  # noqa: F401  (the fixture)
+
+CHECK = REPO / "tests" / "harbor_job_check.py"
+
+# task id -> (starting files, instruction, the verifier's check run from /app)
+TASKS = {
+    "add-numbers": ({"calc.py": "def add(a, b):\n    return a - b\n"},
+                    "add() in calc.py subtracts; make it return the sum.",
+                    'python3 -c "import calc; assert calc.add(2, 3) == 5"'),
+    "greet-name": ({"greet.py": "def greet(name):\n    return 'Hello ' + name\n"},
+                   "greet('Ada') must return 'Hello, Ada!'.",
+                   "python3 -c \"import greet; assert greet.greet('Ada') == 'Hello, Ada!'\""),
+    "write-version": ({"README.md": "# tool\n"}, "Write a file VERSION holding the line 1.2.3.",
+                      '[ "$(cat VERSION)" = "1.2.3" ]'),
+}
+
+SOLVER = """import pathlib, sys
+repo = pathlib.Path(sys.argv[1]) / "repo"
+if (repo / "calc.py").exists():
+    (repo / "calc.py").write_text("def add(a, b):\\n    return a + b\\n")
+elif (repo / "greet.py").exists():
+    (repo / "greet.py").write_text("def greet(name):\\n    return 'Hello, ' + name + '!'\\n")
+else:
+    (repo / "VERSION").write_text("1.2.3\\n")
+"""
+
+
+def make_dataset(root: Path) -> Path:
+    """Three Harbor tasks written file by file, the way a person writes one from Harbor's template."""
+    for task, (files, instruction, check) in TASKS.items():
+        t = root / task
+        for rel, text in files.items():
+            (t / "environment" / "repo" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (t / "environment" / "repo" / rel).write_text(text)
+        (t / "environment" / "Dockerfile").write_text("FROM python:3.12-slim\nWORKDIR /app\nCOPY repo/ /app/\n")
+        (t / "task.toml").write_text('schema_version = "1.4"\n\n[metadata]\ndifficulty = "easy"\n\n'
+                                     "[verifier]\ntimeout_sec = 60.0\n\n[agent]\ntimeout_sec = 60.0\n\n"
+                                     "[environment]\nbuild_timeout_sec = 600.0\n")
+        (t / "instruction.md").write_text(instruction + "\n")
+        (t / "tests").mkdir()
+        (t / "tests" / "test.sh").write_text(f"#!/bin/bash\nif {check}; then\n  echo 1 > /logs/verifier/reward.txt\n"
+                                             "else\n  echo 0 > /logs/verifier/reward.txt\nfi\n")
+        (t / "solution").mkdir()
+        (t / "solution" / "solve.sh").write_text("#!/bin/bash\n# the reference fix is the oracle arm's\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def evaluation(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval3")
+    make_dataset(root / "ds3")
+    (root / "solve3.py").write_text(SOLVER)
+    (root / "eval.toml").write_text(f"""
+name = "three-tasks"
+dataset = "ds3"
+repeats = 3
+seed = 11
+
+[[arms]]
+name = "oracle"
+runtime = "command"
+runtime_options = {{ argv = ["{sys.executable}", "{root / 'solve3.py'}", "{{workspace}}"], network = "none" }}
+budget = {{ wall_s = 120 }}
+
+[[arms]]
+name = "nop"
+runtime = "command"
+runtime_options = {{ argv = ["true"], network = "none" }}
+""")
+    camp = root / "camp"
+    assert "18 cells (3 tasks x 2 arms x 3 repeats)" in sweep("eval", "init", str(root / "eval.toml"),
+                                                              "--campaign", str(camp)).stdout
+    assert "ran 18 cells" in sweep("eval", "run", "--campaign", str(camp), timeout=600).stdout
+    return {"root": root, "camp": camp, "manifest": json.loads((camp / "manifest.json").read_text())}
+
+
+def _results(evaluation) -> list[dict]:
+    camp = evaluation["camp"]
+    return [json.loads((camp / "cells" / c["cell_id"] / "result.json").read_text())
+            for c in evaluation["manifest"]["cells"]]
+
+
+def test_rewards_are_exactly_what_the_arms_imply(evaluation):
+    results = _results(evaluation)
+    assert len(results) == 18
+    assert [(r["task_id"], r["arm"], r["reward"]) for r in results] == \
+        [(c["task_id"], c["arm"], 1.0 if c["arm"] == "oracle" else 0.0) for c in evaluation["manifest"]["cells"]]
+    # the task's own test.sh decided: its reward file, not sweep's harness
+    assert all(r["detail"].startswith("reward 1") for r in results if r["arm"] == "oracle")
+    assert all(r["detail"].startswith("reward 0") for r in results if r["arm"] == "nop")
+
+
+def test_report_matches_a_hand_computation(evaluation):
+    report = json.loads(sweep("eval", "report", "--campaign", str(evaluation["camp"]), "--json").stdout)
+    arms = {a["arm"]: a for a in report["arms"]}
+    z2 = 1.959963984540054 ** 2
+    # oracle 9/9: Wilson low = n / (n + z^2) = 9 / 12.8415 = .70085; nop 0/9: high = z^2 / (9 + z^2) = .29915
+    assert (arms["oracle"]["cells"], arms["oracle"]["solved"]) == (9, 9)
+    assert arms["oracle"]["ci95"] == [pytest.approx(9 / (9 + z2)), 1.0] and arms["oracle"]["ci95"][0] == \
+        pytest.approx(0.70085, abs=1e-5)
+    assert arms["nop"]["ci95"] == [0.0, pytest.approx(z2 / (9 + z2))]
+    assert arms["oracle"]["pass_at_k"] == {"1": 1.0, "2": 1.0, "3": 1.0}
+    assert arms["nop"]["pass_at_k"] == {"1": 0.0, "2": 0.0, "3": 0.0}
+    (paired,) = report["paired"]
+    # 3 discordant tasks, all the oracle's: p = 2 * (1/2)^3 = .25; effect (3 - 0) / 3 = 1
+    assert (paired["first"], paired["tasks"], paired["first_only"], paired["second_only"]) == ("oracle", 3, 3, 0)
+    assert paired["p_value"] == pytest.approx(0.25) and paired["effect"] == 1.0
+    assert report["solved_by"] == {t: ["oracle"] for t in sorted(TASKS)}
+
+
+def test_every_cell_is_a_harbor_trial(evaluation):
+    job = evaluation["camp"] / "jobs" / "three-tasks"
+    for cell in evaluation["manifest"]["cells"]:
+        trial = job / f"{cell['task_id']}__{cell['cell_id']}"
+        doc = json.loads((trial / "result.json").read_text())
+        reward = 1.0 if cell["arm"] == "oracle" else 0.0
+        assert doc["verifier_result"] == {"rewards": {"reward": reward}} and doc["agent_info"]["name"] == cell["arm"]
+        assert doc["task_checksum"] == cell["digest"] and (trial / "verifier" / "reward.txt").read_text() == f"{reward}\n"
+    result = json.loads((job / "result.json").read_text())
+    assert result["finished_at"] is not None and result["stats"]["n_completed_trials"] == 18
+
+
+def test_a_trial_file_lost_to_a_kill_is_written_again(evaluation):
+    """A runner killed after a cell's result.json but before its Harbor trial: the next run writes it."""
+    job = evaluation["camp"] / "jobs" / "three-tasks"
+    cell = evaluation["manifest"]["cells"][4]
+    trial = job / f"{cell['task_id']}__{cell['cell_id']}"
+    before = (trial / "result.json").read_bytes()
+    shutil.rmtree(trial)
+    assert "ran 0 cells (18 had ended before)" in sweep("eval", "run", "--campaign", str(evaluation["camp"])).stdout
+    assert (trial / "result.json").read_bytes() == before
+
+
+def test_harbor_opens_the_job(harbor, evaluation):  # noqa: F811
+    camp = evaluation["camp"]
+    r = subprocess.run([str(harbor / "python"), str(CHECK), str(camp / "jobs"), str(evaluation["root"] / "ds3")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    # Harbor's dataset loader takes the hand-made dataset: three tasks, no warning
+    assert sorted(doc["dataset"]) == sorted(TASKS) and all(not t["warnings"] for t in doc["dataset"].values())
+    job = doc["jobs"]["three-tasks"]
+    assert job["agents"] == [["oracle", None], ["nop", None]] and job["n_attempts"] == 3 and job["finished"]
+    assert len(job["trials"]) == 18 and job["n_total_trials"] == 18
+    for trial in job["trials"].values():
+        assert trial["reward_valid"] and trial["exception"] is None and trial["source"] == "ds3"
+        assert trial["rewards"] == {"reward": 1.0 if trial["agent"] == "oracle" else 0.0}
+        assert trial["seconds"] > 0 and trial["agent_seconds"] > 0 and trial["cost_usd"] is None
+    # the stats the job's result.json holds are the ones Harbor computes from its trials
+    ours, theirs = job["stats"], job["recomputed"]
+    for key in ("n_completed_trials", "n_errored_trials", "n_pending_trials", "cost_usd"):
+        assert ours[key] == theirs[key], key
+    assert set(ours["evals"]) == set(theirs["evals"]) == {"oracle__ds3", "nop__ds3"}
+    def by_value(stats: dict) -> dict:        # the trials of each reward value, in any order
+        return {k: {v: sorted(names) for v, names in d.items()} for k, d in stats.items()}
+    for key, mine in ours["evals"].items():
+        assert (mine["n_trials"], mine["n_errors"], by_value(mine["reward_stats"])) == \
+            (theirs["evals"][key]["n_trials"], theirs["evals"][key]["n_errors"],
+             by_value(theirs["evals"][key]["reward_stats"]))
+        for k, v in job["harbor_pass_at_k"][key].items():        # Harbor's k (2 for three repeats) among ours
+            assert mine["pass_at_k"][k] == pytest.approx(v)
+    assert job["harbor_pass_at_k"]["oracle__ds3"] == {"2": 1.0}
+    # Harbor's viewer (the `harbor view` app) lists the job and serves every trial
+    viewer = doc["viewer"]
+    assert viewer["jobs"]["status"] == 200 and [j["name"] for j in viewer["jobs"]["body"]["items"]] == ["three-tasks"]
+    seen = viewer["three-tasks"]
+    assert (seen["job"], seen["trials"], seen["n_total_trials"]) == (200, 200, 18) and len(seen["trial"]) == 18
+    assert all(t["status"] == 200 and t["rewards"] in ({"reward": 1.0}, {"reward": 0.0}) for t in seen["trial"].values())

@@ -502,3 +502,110 @@ def write_report(campaign_dir: Path, out: Path) -> Path:
     out = Path(out)
     write_atomic(out, render(data).encode("utf-8"), mode=0o644)
     return out
+
+
+# ---- an evaluation (`sweep eval report --html`, docs/eval.md) ------------------------------------------
+
+def _num(x: float | None, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def plot_arm_rates(summary: dict) -> str:
+    """Each arm's pass rate as a bar with its 95 % Wilson interval as a whisker."""
+    arms = [a for a in summary["arms"] if a["pass_rate"] is not None]
+    if not arms:
+        return _empty("arm_rates", "no cell has ended yet")
+    row_h, label_w, width = 26, 160, W - 160 - 80
+    parts = []
+    for i, a in enumerate(arms):
+        y = PAD_T + i * row_h
+        lo, hi = a["ci95"]
+        parts.append(f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end" font-size="11">{esc(a["arm"])}</text>')
+        parts.append(f'<rect class="datum" x="{label_w}" y="{y + 4}" width="{max(1.0, width * a["pass_rate"]):.1f}" '
+                     f'height="{row_h - 8}" fill="{COLORS["verified"]}"><title>{esc(a["arm"])}: {a["solved"]} of '
+                     f'{a["cells"]} solved, rate {a["pass_rate"]:.2f}, 95% CI [{lo:.2f}, {hi:.2f}]</title></rect>')
+        parts.append(f'<line x1="{label_w + width * lo:.1f}" y1="{y + row_h / 2:.1f}" x2="{label_w + width * hi:.1f}" '
+                     f'y2="{y + row_h / 2:.1f}" stroke="#222" stroke-width="2"/>')
+        parts.append(f'<text x="{label_w + width + 8}" y="{y + 15}" font-size="11">{a["pass_rate"]:.2f} '
+                     f'[{lo:.2f}, {hi:.2f}]</text>')
+    height = PAD_T + row_h * len(arms) + 10
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" data-plot="arm_rates" width="100%" '
+            f'viewBox="0 0 {W} {height}">' + "".join(parts) + "</svg>")
+
+
+def _eval_arms_table(summary: dict) -> str:
+    ks = [str(k) for k in range(1, summary["repeats"] + 1)]
+    head = "".join(f"<th>pass@{k}</th>" for k in ks)
+    rows = "".join(
+        f'<tr><td>{esc(a["arm"])}</td><td>{a["cells"]}</td><td>{a["solved"]}</td><td>{_num(a["pass_rate"])}</td>'
+        f'<td>[{_num(a["ci95"][0])}, {_num(a["ci95"][1])}]</td>'
+        + "".join(f'<td>{_num(a["pass_at_k"].get(k))}</td>' for k in ks)
+        + f'<td>{_num(a["cost_per_solved_usd"], ".4f")}</td><td>{_num(a["median_s"], ".1f")}</td></tr>'
+        for a in summary["arms"])
+    return ('<table class="arms"><tr><th>arm</th><th>cells</th><th>solved</th><th>pass rate</th><th>95% CI (Wilson)</th>'
+            f"{head}<th>USD per solved</th><th>median s</th></tr>{rows}</table>")
+
+
+def _eval_paired_table(summary: dict) -> str:
+    if not summary["paired"]:
+        return "<p>one arm: nothing to compare</p>"
+    rows = "".join(
+        f'<tr><td>{esc(p["first"])}</td><td>{esc(p["second"])}</td><td>{p["tasks"]}</td><td>{p["both"]}</td>'
+        f'<td>{p["first_only"]}</td><td>{p["second_only"]}</td><td>{p["neither"]}</td><td>{p["effect"]:+.2f}</td>'
+        f'<td>{p["p_value"]:.3g}</td></tr>' for p in summary["paired"])
+    return ('<table class="paired"><tr><th>first</th><th>second</th><th>tasks</th><th>both</th><th>only first</th>'
+            "<th>only second</th><th>neither</th><th>effect</th><th>p (exact McNemar)</th></tr>" + rows + "</table>")
+
+
+def _eval_tasks_table(summary: dict, limit: int = 2000) -> str:
+    arms = [a["arm"] for a in summary["arms"]]
+    rows = []
+    for task, by_arm in list(summary["per_task"].items())[:limit]:
+        cells = "".join(f'<td>{by_arm[a]["solved"]}/{by_arm[a]["ended"]}</td>' for a in arms)
+        rows.append(f"<tr><td>{esc(task)}</td>{cells}<td>{esc(', '.join(summary['solved_by'][task]) or '-')}</td></tr>")
+    left = len(summary["per_task"]) - limit
+    more = f"<p>... and {left} more task{'' if left == 1 else 's'}</p>" if left > 0 else ""
+    return ('<table class="tasks"><tr><th>task</th>' + "".join(f"<th>{esc(a)}: solved/ended</th>" for a in arms)
+            + "<th>solved by</th></tr>" + "".join(rows) + "</table>" + more)
+
+
+def render_eval(summary: dict, name: str, generated_at: float | None = None) -> str:
+    """The evaluation's report (sweep/eval/report.py's summary) as one static page, like the campaign's."""
+    generated_at = time.time() if generated_at is None else generated_at
+    sections = [("Pass rate per arm, with its 95% interval", plot_arm_rates(summary)),
+                ("Per arm", _eval_arms_table(summary)),
+                ("Paired comparisons on the same tasks (a task is an arm's when it solved most of its repeats)",
+                 _eval_paired_table(summary)),
+                ("Per task", _eval_tasks_table(summary))]
+    body = "".join(f"<section><h2>{esc(title)}</h2>{part}</section>" for title, part in sections)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<title>sweep evaluation: {esc(name)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 24px; color: #222; background: #fff; }}
+section {{ margin: 18px 0 28px; max-width: 1100px; }}
+svg {{ display: block; max-width: 1100px; height: auto; }}
+h1 {{ font-size: 22px; }} h2 {{ font-size: 16px; margin-bottom: 6px; }}
+table {{ border-collapse: collapse; font-size: 12px; margin-top: 8px; }}
+td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }}
+.meta {{ color: #555; font-size: 13px; }}
+</style></head>
+<body>
+<h1>Evaluation {esc(name)}</h1>
+<p class="meta">{summary['ended']} of {summary['cells']} cells ended, {summary['repeats']} repeat{'' if summary['repeats'] == 1
+        else 's'} per arm and task; manifest sha256 {esc(summary['manifest_sha256'])}. Written
+{esc(_fmt_t(generated_at, 1e9))} by <code>sweep eval report --html</code>, from the cells' results.</p>
+{body}
+</body></html>
+"""
+
+
+def write_eval_report(eval_dir: Path, out: Path) -> Path:
+    from runstate.files import write_atomic
+    from sweep.eval.cells import load_frozen
+    from sweep.eval.report import collect as collect_eval
+    summary = collect_eval(Path(eval_dir))
+    out = Path(out)
+    write_atomic(out, render_eval(summary, load_frozen(Path(eval_dir)).plan.name).encode("utf-8"), mode=0o644)
+    return out

@@ -183,3 +183,57 @@ def test_harbor_opens_the_job(harbor, evaluation):  # noqa: F811
     seen = viewer["three-tasks"]
     assert (seen["job"], seen["trials"], seen["n_total_trials"]) == (200, 200, 18) and len(seen["trial"]) == 18
     assert all(t["status"] == 200 and t["rewards"] in ({"reward": 1.0}, {"reward": 0.0}) for t in seen["trial"].values())
+
+
+def _table(page: str, cls: str) -> list[list[str]]:
+    """The cells of <table class=cls>, row by row (the page's own markup, as written)."""
+    import re
+    body = page[page.index(f'<table class="{cls}">'):]
+    body = body[:body.index("</table>")]
+    return [re.findall(r"<t[dh]>(.*?)</t[dh]>", row) for row in body.split("<tr>")[1:]]
+
+
+def test_the_html_report_holds_the_figures(evaluation, tmp_path):
+    out = tmp_path / "eval.html"
+    r = sweep("eval", "report", "--campaign", str(evaluation["camp"]), "--html", str(out))
+    assert f"wrote {out}" in r.stdout and "oracle vs nop" in r.stdout
+    page = out.read_text()
+    assert "<script" not in page.lower() and "default-src 'none'" in page
+    arms = _table(page, "arms")
+    assert arms[0] == ["arm", "cells", "solved", "pass rate", "95% CI (Wilson)", "pass@1", "pass@2", "pass@3",
+                       "USD per solved", "median s"]
+    assert arms[1][:8] == ["oracle", "9", "9", "1.00", "[0.70, 1.00]", "1.00", "1.00", "1.00"]
+    assert arms[2][:8] == ["nop", "9", "0", "0.00", "[0.00, 0.30]", "0.00", "0.00", "0.00"]
+    assert arms[1][8] == "-"                                  # no cost reported: unknown, not $0
+    assert _table(page, "paired")[1] == ["oracle", "nop", "3", "0", "3", "0", "0", "+1.00", "0.25"]
+    assert _table(page, "tasks")[1:] == [[t, "3/3", "0/3", "oracle"] for t in sorted(TASKS)]
+    plot = page[page.index('data-plot="arm_rates"'):]
+    assert plot[:plot.index("</svg>")].count('class="datum"') == 2
+
+
+def test_the_html_report_escapes_task_ids(tmp_path):
+    """A dataset's directory names are untrusted text: the page shows them escaped, never as markup."""
+    hostile = "<img src=x onerror=alert(1)>&amp;\"q\"<script>t='pwned'"      # no '/': a directory name
+    make_dataset(tmp_path / "ds")
+    (tmp_path / "ds" / "add-numbers").rename(tmp_path / "ds" / hostile)
+    for other in ("greet-name", "write-version"):
+        shutil.rmtree(tmp_path / "ds" / other)
+    (tmp_path / "eval.toml").write_text('name = "hostile"\ndataset = "ds"\nseed = 1\n\n[[arms]]\nname = "nop"\n'
+                                        'runtime = "command"\nruntime_options = { argv = ["true"], network = "none" }\n')
+    camp = tmp_path / "camp"
+    sweep("eval", "init", str(tmp_path / "eval.toml"), "--campaign", str(camp))
+    sweep("eval", "run", "--campaign", str(camp), timeout=120)
+    out = tmp_path / "eval.html"
+    sweep("eval", "report", "--campaign", str(camp), "--html", str(out))
+    page = out.read_text()
+    assert "<script" not in page.lower() and "<img" not in page.lower()
+    assert "&lt;img src=x onerror=alert(1)&gt;&amp;amp;&quot;q&quot;&lt;script&gt;" in page
+    assert _table(page, "tasks")[1][1:] == ["0/1", "-"]
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser:        # what a browser makes of it: the task id is text in its cell, no element of its own
+        dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                              f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", out.as_uri()],
+                             capture_output=True, text=True, timeout=120)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        assert "<img" not in dom.stdout and "<script" not in dom.stdout.lower()
+        assert "&lt;img src=x onerror=alert(1)&gt;" in dom.stdout

@@ -39,13 +39,22 @@ def run(campaign: str, max_cells: int | None) -> None:
 @eval_group.command("report")
 @click.option("--campaign", "campaign", required=True, type=click.Path(file_okay=False, exists=True))
 @click.option("--json", "as_json", is_flag=True, help="The figures as JSON.")
-def report(campaign: str, as_json: bool) -> None:
+@click.option("--html", "html_out", default=None, metavar="FILE", type=click.Path(dir_okay=False),
+              help="Also write them as one static HTML page (no script, loads nothing) to FILE.")
+def report(campaign: str, as_json: bool, html_out: str | None) -> None:
     """Per-arm pass rates with 95% intervals, pass@k, cost per solved task, median time, and paired
     comparisons of the arms on the same tasks."""
     from pathlib import Path
 
     from sweep.eval.report import collect, render
     summary = collect(Path(campaign))
+    if html_out is not None:
+        from runstate.errors import ConfigError
+        from sweep.report_html import write_eval_report
+        if not Path(html_out).parent.is_dir():
+            raise ConfigError(f"the directory {Path(html_out).parent} does not exist", field="--html")
+        write_eval_report(Path(campaign), Path(html_out))
+        click.echo(f"wrote {html_out}", err=as_json)
     if as_json:
         import json
         click.echo(json.dumps(summary, indent=2))

@@ -43,8 +43,10 @@ def summarize(results: list[CellResult], arms: list[str], task_ids: list[str], r
         paired.append({"first": a, "second": b, "tasks": p.tasks, "both": p.both, "first_only": p.a_only,
                        "second_only": p.b_only, "neither": p.neither, "p_value": p.p_value, "effect": p.effect})
     by_task = {t: sorted(a for a in arms if success[a].get(t)) for t in tasks}
-    return {"manifest_sha256": manifest_sha256, "cells": cells, "ended": len(results), "arms": arm_rows,
-            "paired": paired, "solved_by": by_task}
+    per_task = {t: {a: {"solved": sum(per[a].get(t, [])), "ended": len(per[a].get(t, []))} for a in arms}
+                for t in tasks}
+    return {"manifest_sha256": manifest_sha256, "cells": cells, "ended": len(results), "repeats": repeats,
+            "arms": arm_rows, "paired": paired, "solved_by": by_task, "per_task": per_task}
 
 
 def _f(x: float | None, fmt: str = ".2f") -> str:

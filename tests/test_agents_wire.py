@@ -11,10 +11,13 @@ import shutil
 import pytest
 
 from roles import RoleSpec
-from tests.agent_sessions import FAKE_KEY, custom_role, needs_claude, run_agent, shipped
+from sweep.harbor.samples import make_pr_repo
+from tests.agent_sessions import ENV_SECRETS, FAKE_KEY, custom_role, needs_claude, run_agent, shipped
+from tests.campaigns import sweep, tick_until_done, write_plan
 from tests.fakes.anthropic_api import FakeAnthropic, Script, text, tool_calls
 from tests.fakes.openai_api import FakeOpenAI, call, say
 from tests.fakes.openai_api import Script as OpenAIScript
+from tests.fakes.runs import candidate, local_plan, record
 from tests.fakes.tls import make_test_ca
 
 needs_codex = pytest.mark.skipif(shutil.which("codex") is None, reason="the codex CLI is not installed")
@@ -202,3 +205,34 @@ def test_claude_through_tls_to_an_endpoint_signed_by_the_plans_ca(tmp_path):
         assert refused.status != "ok" and len(fake.requests) == seen
     finally:
         fake.close()
+
+
+@needs_codex
+def test_a_rollout_cut_at_its_limit_is_no_overrun_and_the_next_rollout_still_runs(tmp_path):
+    # issue 25: a session cut at its limit costs up to one response more than its reservation; that
+    # is the wire's bound, not an overrun, so it must not stop the run's further paid work. Each
+    # answer bills 0.0055 USD at gpt-5's prices; the reservation (and limit) is 0.012: cut at 0.0165
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    fake = FakeOpenAI()
+    env = {"OPENAI_API_KEY": OPENAI_KEY}
+    try:
+        url = fake.script("solver", OpenAIScript(steps=[call("exec_command", {"cmd": f"echo step {i}"})
+                                                        for i in range(40)]))
+        options = {"solver": {"base_url": url, "max_retries": 0, "stall_s": 60, "model": "gpt-5",
+                              "prices": CODEX_PRICES}}
+        plan = local_plan([candidate("pr-0", src, runtime_options=options)],
+                          defaults={"runtimes": {"solver": "codex"}, "worker_reservation_usd": 0.012,
+                                    "quality": {"rollouts": 2}}, max_spend_usd=5, secrets=ENV_SECRETS)
+        d = tmp_path / "camp"
+        sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d), env=env)
+        tick_until_done(d, env=env, timeout=300)
+    finally:
+        fake.close()
+    spend = json.loads((d / "runs" / "pr-0" / "spend.json").read_text())
+    solver = [e for e in spend["entries"] if e["what"].startswith("solver")]
+    assert len(solver) == 2, spend                 # the second rollout ran after the first was cut
+    for e in solver:
+        assert e["status"] == "settled" and e["reserved_usd"] < e["actual_usd"] <= e["reserved_usd"] + 0.0055 + 1e-9, e
+    assert spend["overrun"] is False, spend
+    rec = record(d, "pr-0")
+    assert rec.reason != "budget_exhausted", (rec.outcome, rec.reason, rec.last_error)

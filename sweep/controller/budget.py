@@ -72,13 +72,21 @@ class Budget:
         self.ledger = self.ledger.model_copy(update={"entries": [*self.ledger.entries, entry]})
         self._save()
 
-    def settle(self, op_id: str, actual: float | None) -> None:
+    def settle(self, op_id: str, actual: float | None, *, bounded: bool = False) -> None:
+        """Record what operation `op_id` cost (None: unknown, charged its reservation).
+
+        `bounded`: the cost was metered where the limit is enforced (the session's wire relay
+        refuses every request once the limit, never above the reservation, is reached), so it
+        exceeds the reservation by the response in flight at most. That is recorded as the entry's
+        actual cost, counted in `committed` like any other, but it is not an overrun: the next
+        operation is still bounded by what the allocation has left. An unbounded cost above its
+        reservation (a runtime whose own figure is all there is) sets `overrun`."""
         entries = []
         overrun = self.ledger.overrun
         for e in self.ledger.entries:
             if e.op_id == op_id and e.status == "reserved":
                 cost = e.reserved_usd if actual is None else actual
-                overrun = overrun or cost > e.reserved_usd + EPS
+                overrun = overrun or (cost > e.reserved_usd + EPS and not bounded)
                 e = e.model_copy(update={"status": "settled", "actual_usd": cost})
             entries.append(e)
         self.ledger = self.ledger.model_copy(update={"entries": entries, "overrun": overrun})

@@ -268,7 +268,7 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
         raise Park(role, "outage", f"configuration error: {exc}") from None
     # A runtime that cannot measure its cost (the command runtime) reports None: the session is
     # charged its whole reservation, never $0, or a campaign cap would not bind such runtimes.
-    ctx.budget.settle(op_id, result.cost_usd)
+    ctx.budget.settle(op_id, result.cost_usd, bounded=_metered_at_wire(result))
     _end_if_quality_spent(ctx)
     sandbox = f" [isolation {result.isolation}, network {result.network}]"
     ctx.event("session_done", phase=ctx.record.phase,
@@ -293,6 +293,13 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
 
 
 QUALITY_SCOPE = "quality"
+
+
+def _metered_at_wire(result) -> bool:
+    """Whether the session's cost is what its wire relay metered, every response of it (the relay
+    refuses requests at the session's limit, so the cost is bounded by it plus one response)."""
+    report = result.report or {}
+    return result.cost_usd is not None and report.get("metered_cost_usd") == result.cost_usd
 
 
 def _reserve_session(ctx: Ctx, role: str, runtime: str, amount: float,

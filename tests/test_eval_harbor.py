@@ -56,7 +56,7 @@ def make_dataset(root: Path) -> Path:
         (t / "instruction.md").write_text(instruction + "\n")
         (t / "tests").mkdir()
         (t / "tests" / "test.sh").write_text(f"#!/bin/bash\nif {check}; then\n  echo 1 > /logs/verifier/reward.txt\n"
-                                             "else\n  echo 0 > /logs/verifier/reward.txt\nfi\n")
+                                             "else\n  echo 'check failed'\n  echo 0 > /logs/verifier/reward.txt\nfi\n")
         (t / "solution").mkdir()
         (t / "solution" / "solve.sh").write_text("#!/bin/bash\n# the reference fix is the oracle arm's\n")
     return root
@@ -237,3 +237,71 @@ def test_the_html_report_escapes_task_ids(tmp_path):
         assert dom.returncode == 0, dom.stderr[-2000:]
         assert "<img" not in dom.stdout and "<script" not in dom.stdout.lower()
         assert "&lt;img src=x onerror=alert(1)&gt;" in dom.stdout
+
+
+LEARNER = """import pathlib, sys
+repo, prompt = pathlib.Path(sys.argv[1]) / "repo", pathlib.Path(sys.argv[2]).read_text()
+told = "## Verifier feedback" in prompt and "check failed" in prompt
+fixes = {"calc.py": ("return a * b", "return a + b"), "greet.py": ("'Hello ' + name", "'Hello, ' + name + '!'")}
+for name, (wrong, right) in fixes.items():
+    if (repo / name).exists():
+        text = (repo / name).read_text()
+        if told and wrong not in text:
+            sys.exit(4)          # a feedback session works on the repository the last one left
+        start = text.replace("return a - b", wrong).replace("'Hello ' + name", wrong)
+        (repo / name).write_text(start.replace(wrong, right) if told else start)
+        break
+else:
+    (repo / "VERSION").write_text("1.2.3\\n" if told else "1.2\\n")
+"""
+
+
+def test_gate_feedback_cycles_run_and_are_recorded(tmp_path):
+    """gate_feedback = N: the verifier's failures go to a new session on the same workspace, up to N
+    times, stopping at a pass; the final verifier run alone decides the reward."""
+    make_dataset(tmp_path / "ds")
+    (tmp_path / "learn.py").write_text(LEARNER)
+    argv = json.dumps([sys.executable, str(tmp_path / "learn.py"), "{workspace}", "{prompt_file}"])
+    (tmp_path / "eval.toml").write_text(f"""name = "feedback"
+dataset = "ds"
+seed = 3
+
+[[arms]]
+name = "learner"
+runtime = "command"
+runtime_options = {{ argv = {argv}, network = "none" }}
+gate_feedback = 2
+
+[[arms]]
+name = "blind"
+runtime = "command"
+runtime_options = {{ argv = {argv}, network = "none" }}
+
+[[arms]]
+name = "stubborn"
+runtime = "command"
+runtime_options = {{ argv = ["true"], network = "none" }}
+gate_feedback = 2
+""")
+    camp = tmp_path / "camp"
+    sweep("eval", "init", str(tmp_path / "eval.toml"), "--campaign", str(camp))
+    sweep("eval", "run", "--campaign", str(camp), timeout=300)
+    cells = json.loads((camp / "manifest.json").read_text())["cells"]
+    for c in cells:
+        r = json.loads((camp / "cells" / c["cell_id"] / "result.json").read_text())
+        sessions = sorted(p.name for p in (camp / "cells" / c["cell_id"] / "sessions").iterdir())
+        cycles = [(f["cycle"], f["reward"], f["fed_back"]) for f in r["feedback"]]
+        if c["arm"] == "learner":      # wrong first, told by the verifier, right after one cycle
+            assert (r["reward"], r["sessions"], sessions) == (1.0, 2, ["0001-solver", "0002-feedback"]), r
+            assert cycles == [(1, 0.0, True), (2, 1.0, False)]
+            told = (camp / "cells" / c["cell_id"] / "sessions" / "0002-feedback" / "prompt.md").read_text()
+            assert "## Verifier feedback (cycle 1)" in told and "check failed" in told
+            assert told.startswith((tmp_path / "ds" / c["task_id"] / "instruction.md").read_text())
+        elif c["arm"] == "blind":      # the same solver without feedback keeps its wrong first attempt
+            assert (r["reward"], r["sessions"], r["feedback"], sessions) == (0.0, 1, [], ["0001-solver"])
+        else:                          # up to N cycles, then the final run
+            assert (r["reward"], r["sessions"]) == (0.0, 3) and cycles == [(1, 0.0, True), (2, 0.0, True)]
+        trial = json.loads((camp / "jobs" / "feedback" / f"{c['task_id']}__{c['cell_id']}" / "result.json").read_text())
+        assert trial["agent_result"]["metadata"]["gate_feedback"] == r["feedback"]
+    report = json.loads(sweep("eval", "report", "--campaign", str(camp), "--json").stdout)
+    assert {a["arm"]: a["solved"] for a in report["arms"]} == {"learner": 3, "blind": 0, "stubborn": 0}

@@ -64,8 +64,8 @@ def test_unknown_fields_are_errors_naming_the_field(tmp_path, text, field):
     (PLAN.replace('name = "nop"', 'name = "oracle"'), "(top level)", "unique"),
     (PLAN.replace("repeats = 3", "repeats = 0"), "repeats", "greater than or equal to 1"),
     (PLAN.replace("seed = 7\n", ""), "seed", "required"),
-    (PLAN.replace('name = "nop"\n', 'name = "nop"\ngate_feedback = 2\n'), "arms.1.gate_feedback",
-     "not implemented"),
+    (PLAN.replace('name = "nop"\n', 'name = "nop"\ngate_feedback = 21\n'), "arms.1.gate_feedback",
+     "less than or equal to 20"),
 ])
 def test_bad_values_name_field_and_expectation(tmp_path, text, field, words):
     with pytest.raises(ConfigError) as err:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from runstate.atomic import write_atomic
 from runstate.errors import ConfigError, StateError
@@ -66,6 +66,8 @@ class CellResult(BaseModel):
     session_started_at: float | None = None
     trial_s: float | None = None
     trial_started_at: float | None = None
+    sessions: int = 1                   # the solver session and the feedback sessions after it
+    feedback: list[dict[str, Any]] = Field(default_factory=list)   # the gate-feedback cycles (docs/eval.md)
     wall_s: float
     ended_at: float
 

@@ -96,7 +96,8 @@ def trial_result(out: Path, frozen: Frozen, cell: Cell, r: CellResult) -> dict[s
     metadata = {"runtime": r.runtime, "session_status": r.session_status, "failure_class": r.failure_class,
                 "turns": r.turns, "cell_id": cell.cell_id, "repeat": cell.repeat, "block": cell.block,
                 "position": cell.position, "manifest_sha256": r.manifest_sha256, "detail": r.detail,
-                "sessions": str(out / "cells" / cell.cell_id / "sessions")}
+                "sessions": str(out / "cells" / cell.cell_id / "sessions"), "n_sessions": r.sessions,
+                "gate_feedback": r.feedback}
     return {
         "schema_version": 1, "id": _uuid(frozen.manifest_sha256, cell.cell_id), "task_name": cell.task_id,
         "trial_name": name, "trial_uri": tdir.resolve().as_uri(), "task_id": {"path": str(task)},

@@ -33,7 +33,7 @@ class Arm(Strict):
     runtime_options: dict[str, Any] = Field(default_factory=dict)
     model: str | None = None
     instructions: str = ""              # appended to the task's instruction
-    gate_feedback: int = Field(default=0, ge=0, le=20)
+    gate_feedback: int = Field(default=0, ge=0, le=20)   # verifier cycles fed back before the final run
     budget: Budget = Field(default_factory=Budget)
 
     @field_validator("name")
@@ -49,14 +49,6 @@ class Arm(Strict):
         from sweep.runtimes.facts import RUNTIMES
         if v not in RUNTIMES:
             raise ValueError(f"unknown runtime {v!r} (runtimes: {', '.join(RUNTIMES)})")
-        return v
-
-    @field_validator("gate_feedback")
-    @classmethod
-    def _no_feedback_yet(cls, v: int) -> int:
-        if v:
-            raise ValueError("gate_feedback cycles are not implemented yet: only 0 (the final verifier run "
-                             "alone decides the reward) is accepted (docs/eval.md)")
         return v
 
 

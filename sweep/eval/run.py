@@ -2,21 +2,25 @@
 
 One cell: its task checked against the digest the manifest froze, a fresh workspace holding only
 the task's starting repository (never its tests or solution), the arm's solver session in the
-sandbox, then sweep's verifier (the task's harness, sweep/harbor/trial.py) on the repository the
-session left, whose reward is the cell's. result.json is written last and atomically.
+sandbox, with `gate_feedback = N` up to N verifier cycles whose failures go to a new session on the
+same workspace, then sweep's verifier (the task's harness, sweep/harbor/trial.py) on the repository the
+last session left, whose reward is the cell's. result.json is written last and atomically.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from runstate.atomic import write_atomic
 from runstate.errors import StateError
 from sweep.eval.cells import TRIAL_TIMEOUT_S, CellResult, Frozen, dump_json, arm_options, load_eval, read_result
 from sweep.eval.harbor_job import write_job
 from sweep.eval.manifest import Cell
+from sweep.eval.plan import Arm
 
 LOCK = "runner.lock"
 
@@ -74,13 +78,83 @@ def _ended(frozen: Frozen, cell: Cell, started: float, reward: float | None, det
                       ended_at=time.time(), **kw)
 
 
+@dataclass
+class _Ctx:
+    """What a cell's sessions and verifier runs share."""
+    cdir: Path
+    task: Path
+    arm: Arm
+    spec: Any
+    provider: Any
+    limits: Any
+    manifest_sha256: str
+    base_prompt: str
+
+
+def _session(ctx: _Ctx, n: int, kind: str, prompt: str) -> tuple[Any, float]:
+    """One solver session in the cell's workspace, as sessions/NNNN-<kind>; (its result, when it started)."""
+    from sweep.runtimes import SessionRequest, run_session
+    req = SessionRequest(role=ctx.spec, manifest_sha256=ctx.manifest_sha256, runtime=ctx.arm.runtime,
+                         runtime_options=arm_options(ctx.arm), workspace=ctx.cdir / "work" / "ws",
+                         session_dir=ctx.cdir / "sessions" / f"{n:04d}-{kind}", prompt=prompt, inputs={},
+                         limits=ctx.limits.for_role(ctx.spec.limits.overrides()).to_limits(),
+                         cost_limit_usd=ctx.arm.budget.max_usd)
+    started = time.time()
+    return run_session(req, ctx.provider), started
+
+
+def _verify(ctx: _Ctx, name: str) -> Any:
+    """The task's verifier on a copy of the repository the sessions left (the workspace is untouched)."""
+    from sweep.harbor.trial import bundle_harness, run_trial
+    return run_trial(ctx.task, ctx.cdir / "work" / "ws" / "repo", provider=ctx.provider,
+                     workdir=ctx.cdir / "work" / name, timeout_s=TRIAL_TIMEOUT_S, limits=ctx.limits.to_limits(),
+                     harness=bundle_harness(ctx.task))
+
+
+def feedback_prompt(base: str, cycle: int, trial: Any) -> str:
+    """The next session's prompt: the task as before, then what the verifier reported (its failures)."""
+    failing = sorted(t for t, status in (trial.results or {}).items() if status not in ("passed", "pass", "ok"))
+    lines = [base, "", f"## Verifier feedback (cycle {cycle})", "",
+             "The task's verifier ran on the repository as you left it, and it did not pass "
+             f"(reward {0.0 if trial.reward is None else trial.reward:g}). It reported:", "", trial.detail.strip()]
+    if failing:
+        lines += ["", "Failing tests:"] + [f"- {t}" for t in failing[:50]]
+    lines += ["", "Continue from the repository as it is now, and fix what fails."]
+    return "\n".join(lines)
+
+
+def _with_feedback(ctx: _Ctx, session: Any) -> tuple[Any, list[dict], list[Any]]:
+    """Up to the arm's gate_feedback cycles: the verifier, and its failures handed to a new session
+    on the same workspace; stops when a check passes or a session does not end ok.
+    (the last session, the cycles' records, every session)."""
+    cycles: list[dict] = []
+    sessions = [session]
+    for cycle in range(1, ctx.arm.gate_feedback + 1):
+        if not session.ok:
+            break
+        check = _verify(ctx, f"feedback-{cycle}")
+        record: dict[str, Any] = {"cycle": cycle, "reward": check.reward, "detail": check.detail[:500],
+                                  "verifier_s": check.duration_s, "fed_back": check.reward != 1.0}
+        cycles.append(record)
+        if check.reward == 1.0:
+            break               # nothing to feed back: the final run decides
+        session, started = _session(ctx, cycle + 1, "feedback", feedback_prompt(ctx.base_prompt, cycle, check))
+        sessions.append(session)
+        record.update(session_status=session.status, session_s=session.duration_s, session_started_at=started,
+                      cost_usd=session.cost_usd, turns=session.turns)
+    return session, cycles, sessions
+
+
+def _total(values: list) -> Any:
+    """A sum that stays unknown (None) when any part is."""
+    return None if any(v is None for v in values) else sum(values)
+
+
 def run_cell(out: Path, frozen: Frozen, cell: Cell) -> CellResult:
     from roles import load_manifest
     from sweep.harbor import layout
     from sweep.harbor.digest import harbor_digest
-    from sweep.harbor.trial import bundle_harness, run_trial
     from sweep.providers import get_provider
-    from sweep.runtimes import SessionRequest, run_session
     from sweep.tree import copy_tree
     started = time.monotonic()
     arm = next(a for a in frozen.plan.arms if a.name == cell.arm)
@@ -89,31 +163,27 @@ def run_cell(out: Path, frozen: Frozen, cell: Cell) -> CellResult:
         return _ended(frozen, cell, started, None, f"task {cell.task_id} is not the content the manifest froze "
                                                    f"({cell.digest}): the dataset changed")
     cdir = out / "cells" / cell.cell_id
-    work = cdir / "work"
-    shutil.rmtree(work, ignore_errors=True)          # what a killed runner left
+    shutil.rmtree(cdir / "work", ignore_errors=True)          # what a killed runner left
     shutil.rmtree(cdir / "sessions", ignore_errors=True)
-    copy_tree(task / layout.ENV_REPO, work / "ws" / "repo")
+    copy_tree(task / layout.ENV_REPO, cdir / "work" / "ws" / "repo")
     spec = load_manifest(out / "roles" / "solver.toml")
     spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={
         "walltime_s": arm.budget.wall_s, "max_turns": arm.budget.max_turns, "cost_cap_usd": arm.budget.max_usd})})
     instruction = (task / layout.INSTRUCTION).read_text(errors="replace")
-    prompt = instruction + (f"\n\n{arm.instructions}" if arm.instructions else "")
-    limits = frozen.plan.limits
-    provider = get_provider("local", isolation=frozen.plan.isolation)
-    req = SessionRequest(role=spec, manifest_sha256=frozen.solver_manifest_sha256, runtime=arm.runtime,
-                         runtime_options=arm_options(arm), workspace=work / "ws", session_dir=cdir / "sessions" / "0001-solver",
-                         prompt=prompt, inputs={}, limits=limits.for_role(spec.limits.overrides()).to_limits(),
-                         cost_limit_usd=arm.budget.max_usd)
-    session_started = time.time()
-    session = run_session(req, provider)
-    kw = dict(session_status=session.status, failure_class=session.failure_class, cost_usd=session.cost_usd,
-              turns=session.turns, session_s=session.duration_s, session_started_at=session_started)
+    ctx = _Ctx(cdir, task, arm, spec, get_provider("local", isolation=frozen.plan.isolation), frozen.plan.limits,
+               frozen.solver_manifest_sha256, instruction + (f"\n\n{arm.instructions}" if arm.instructions else ""))
+    first, session_started = _session(ctx, 1, "solver", ctx.base_prompt)
+    session, cycles, sessions = _with_feedback(ctx, first)
+    kw = dict(session_status=session.status, failure_class=session.failure_class,
+              cost_usd=_total([s.cost_usd for s in sessions]), turns=_total([s.turns for s in sessions]),
+              session_s=sum(s.duration_s for s in sessions), session_started_at=session_started,
+              sessions=len(sessions), feedback=cycles)
     if not session.ok:
         # the session ended without finishing (its bound, a crash): the task was not solved
         return _ended(frozen, cell, started, 0.0, f"solver session {session.status}: {session.reason or ''} "
                                                   f"{session.evidence[:200]}", **kw)
     trial_started = time.time()
-    trial = run_trial(task, work / "ws" / "repo", provider=provider, workdir=work / "trial", timeout_s=TRIAL_TIMEOUT_S,
-                      limits=limits.to_limits(), harness=bundle_harness(task))
+    trial = _verify(ctx, "trial")           # the final run: its reward is the cell's, and it is fed back to no one
     reward = 0.0 if trial.reward is None else trial.reward
-    return _ended(frozen, cell, started, reward, trial.detail, trial_s=trial.duration_s, trial_started_at=trial_started, **kw)
+    return _ended(frozen, cell, started, reward, trial.detail, trial_s=trial.duration_s, trial_started_at=trial_started,
+                  **kw)

@@ -601,11 +601,11 @@ td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-a
 """
 
 
-def write_eval_report(eval_dir: Path, out: Path) -> Path:
+def write_eval_report(eval_dir: Path, out: Path, summary: dict | None = None) -> Path:
     from runstate.files import write_atomic
     from sweep.eval.cells import load_frozen
     from sweep.eval.report import collect as collect_eval
-    summary = collect_eval(Path(eval_dir))
+    summary = collect_eval(Path(eval_dir)) if summary is None else summary
     out = Path(out)
     write_atomic(out, render_eval(summary, load_frozen(Path(eval_dir)).plan.name).encode("utf-8"), mode=0o644)
     return out

@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -303,5 +304,9 @@ gate_feedback = 2
             assert (r["reward"], r["sessions"]) == (0.0, 3) and cycles == [(1, 0.0, True), (2, 0.0, True)]
         trial = json.loads((camp / "jobs" / "feedback" / f"{c['task_id']}__{c['cell_id']}" / "result.json").read_text())
         assert trial["agent_result"]["metadata"]["gate_feedback"] == r["feedback"]
+        if r["sessions"] > 1:           # Harbor's agent phase ends with the last feedback session
+            last = r["feedback"][-1] if "session_s" in r["feedback"][-1] else r["feedback"][-2]
+            end = datetime.fromisoformat(trial["agent_execution"]["finished_at"]).timestamp()
+            assert end == pytest.approx(last["session_started_at"] + last["session_s"], abs=1e-3)
     report = json.loads(sweep("eval", "report", "--campaign", str(camp), "--json").stdout)
     assert {a["arm"]: a["solved"] for a in report["arms"]} == {"learner": 3, "blind": 0, "stubborn": 0}

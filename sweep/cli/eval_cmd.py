@@ -53,7 +53,7 @@ def report(campaign: str, as_json: bool, html_out: str | None) -> None:
         from sweep.report_html import write_eval_report
         if not Path(html_out).parent.is_dir():
             raise ConfigError(f"the directory {Path(html_out).parent} does not exist", field="--html")
-        write_eval_report(Path(campaign), Path(html_out))
+        write_eval_report(Path(campaign), Path(html_out), summary)
         click.echo(f"wrote {html_out}", err=as_json)
     if as_json:
         import json

@@ -86,6 +86,16 @@ def _timing(start: float | None, seconds: float | None) -> dict[str, Any] | None
     return {"started_at": _iso(start), "finished_at": _iso(start + seconds)}
 
 
+def _agent_timing(r: CellResult) -> dict[str, Any] | None:
+    """Harbor's one agent phase: from the first session's start to the last session's end (the
+    gate-feedback cycles' verifier runs fall inside it)."""
+    fed = [f for f in r.feedback if f.get("session_started_at") is not None and f.get("session_s") is not None]
+    if r.session_started_at is None or r.session_s is None:
+        return None
+    end = fed[-1]["session_started_at"] + fed[-1]["session_s"] if fed else r.session_started_at + r.session_s
+    return {"started_at": _iso(r.session_started_at), "finished_at": _iso(end)}
+
+
 def trial_result(out: Path, frozen: Frozen, cell: Cell, r: CellResult) -> dict[str, Any]:
     task = Path(frozen.dataset_dir) / cell.task_id
     name = trial_name(cell)
@@ -108,7 +118,7 @@ def trial_result(out: Path, frozen: Frozen, cell: Cell, r: CellResult) -> dict[s
         "verifier_result": None if r.reward is None else {"rewards": {REWARD_KEY: r.reward}},
         "exception_info": _exception(r),
         "started_at": _iso(r.ended_at - r.wall_s), "finished_at": _iso(r.ended_at),
-        "agent_execution": _timing(r.session_started_at, r.session_s),
+        "agent_execution": _agent_timing(r),
         "verifier": _timing(r.trial_started_at, r.trial_s)}
 
 

@@ -40,6 +40,9 @@ CAUSES: dict[str, CauseInfo] = {
     "no_fail_to_pass": CauseInfo("pr", "no test fails before the fix and passes after it"),
     "no_test_changes": CauseInfo("pr", "the PR changes no test file, so nothing can check a solution"),
     "weak_tests": CauseInfo("pr", "the tests accept a wrong solution (a mutant or a probe survived)"),
+    "probe_focus_missing": CauseInfo("pr", "a required probe focus has no wrong-solution probe that ran"),
+    # the plan's, for this PR only (not the campaign's set-up: it must not trip the breaker)
+    "prepared_probes_stale": CauseInfo("pr", "the plan's prepared probes are bound to another bundle sha256"),
     "duplicate": CauseInfo("pr", "the PR is already verified elsewhere (prior_verified)"),
     "intake_failed": CauseInfo("pr", "the PR could not be fetched or read"),
     "invalid_bundle": CauseInfo("pr", "the task bundle is not a valid Harbor task"),

@@ -109,6 +109,8 @@ class EndReason(StrEnum):
     reward_hack = "reward_hack"                  # a rollout earned its reward by tampering with what scores it
     task_defect = "task_defect"                  # a rollout showed the task itself at fault
     unsolved = "unsolved"                        # every rollout scored 0 and the plan does not allow that
+    # the plan's prepared probes name a bundle sha256 the run did not build (refused before any paid session)
+    prepared_probes_stale = "prepared_probes_stale"
     secret_in_bundle = "secret_in_bundle"  # noqa: S105 - a reason, not a password: the bundle held a secret
 
 

@@ -95,6 +95,8 @@ def resolve_candidates(plan: Plan, plan_path: Path) -> list[FrozenCandidate]:
             options = cand.options.merged_over(plan.defaults, set_fields)
             check_capabilities(options, plan_path, f"candidates.{i}.options")
             merged[key] = options
+        if cand.prepared_probes or cand.required_probe_focus:
+            check_prepared_probes(cand, options, plan_path, f"candidates.{i}")
         update = {"options": options}
         if cand.repo:
             repo = repos.get(cand.repo)
@@ -141,6 +143,32 @@ def check_capabilities(options, plan_path: Path, where: str) -> None:
             raise ConfigError(f"session runtime {name!r} is not available in this sweep "
                               f"(available: {', '.join(sorted(RUNTIMES))})", path=plan_path,
                               field=f"{where}.runtimes.{role}")
+
+
+def check_prepared_probes(cand, options, plan_path: Path, where: str) -> None:
+    """A candidate's prepared probes and required focus, refused at init when they cannot work:
+    more probes than quality.max_probes; probes bound to a bundle sha256 with an author whose
+    bundle is known only after a paid session (only an unpaid author builds it before any paid
+    work, so the controller can check the hash before the reviewer's and solver's sessions); a
+    required focus the oracle reviewer (which proposes no probe) can never see a probe for."""
+    from sweep.runtimes.facts import facts_of
+    limit = options.quality.max_probes
+    if len(cand.prepared_probes) > limit:
+        raise ConfigError(f"{len(cand.prepared_probes)} prepared probes, more than quality.max_probes = {limit}",
+                          path=plan_path, field=f"{where}.prepared_probes")
+    author = options.runtimes.author
+    if cand.prepared_probes and facts_of(author).paid:
+        raise ConfigError(f"prepared probes are bound to a bundle sha256, but the author runtime {author!r} is paid: "
+                          "its bundle is known only after a paid session, so the hash could not be checked before "
+                          "any paid work", path=plan_path, field=f"{where}.prepared_probes",
+                          hint="use the oracle author, or leave the probes to the reviewer")
+    if facts_of(options.runtimes.reviewer).mechanical:
+        prepared = {p.focus for p in cand.prepared_probes if p.kind == "wrong_solution"}
+        missing = [f for f in cand.required_probe_focus if f not in prepared]
+        if missing:
+            raise ConfigError(f"required focus {missing[0]!r} has no prepared wrong_solution probe, and the "
+                              f"reviewer runtime {options.runtimes.reviewer!r} proposes none, so the run could "
+                              "never verify", path=plan_path, field=f"{where}.required_probe_focus")
 
 
 @dataclass

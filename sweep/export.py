@@ -144,6 +144,8 @@ def _quality_meta(ev: ProbesEvidence | None, solve: SolveEvidence | None = None)
                            "mutants_run": m.run, "mutants_killed": m.killed, "mutants_survived": list(m.survived)}
     if m.score is not None:         # TOML has no null: no mutant ran, no score
         out["mutation_score"] = m.score
+    if ev.required_focus:
+        out.update(required_probe_focus=list(ev.required_focus), missing_probe_focus=list(ev.missing_focus))
     return {**out, **rollouts, "probes": [{"name": p.name, "kind": p.kind, "origin": p.origin, "focus": p.focus, "outcome": p.outcome}
                        for p in ev.probes]}
 

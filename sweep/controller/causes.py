@@ -17,7 +17,7 @@ _REASON_CAUSE = {
     "intake_failed": "intake_failed", "secret_in_bundle": "secret_in_bundle",
     "review_rejected": "review_rejected", "review_failed": "review_failed",
     "author_failed": "author_failed", "evidence_incomplete": "evidence_incomplete", "aborted": "aborted",
-    "weak_tests": "weak_tests",
+    "weak_tests": "weak_tests", "prepared_probes_stale": "prepared_probes_stale",
 }
 
 # the words of the tools, most specific first; matched case-insensitively on test output and details

@@ -464,7 +464,22 @@ def author(ctx: Ctx) -> tuple[str, Checkpoint]:
                      f"the author produced bundle {new_sha[:12]} again, which already failed the gates "
                      f"({failed_before})")
     _install_bundle(ctx, workspace / "task")
+    if not findings:
+        _end_if_prepared_probes_stale(ctx, new_sha)
     return _after(ctx, Phase.author), Checkpoint(revision=revision, bundle_sha256=new_sha)
+
+
+def _end_if_prepared_probes_stale(ctx: Ctx, sha: str) -> None:
+    """The plan's prepared probes are bound to the bundle they were written for: a bundle built
+    afresh (not a repair) with another sha256 ends the run before the gates and before any paid
+    session (init allows prepared probes only with an unpaid author). The ending names the sha256
+    the run built, which is how a plan gets it (docs/campaign.md)."""
+    stale = [p for p in ctx.candidate.candidate.prepared_probes if p.bundle_sha256 != sha]
+    if stale:
+        shown = ", ".join(f"{p.name} ({p.bundle_sha256[:12]})" for p in stale[:5])
+        raise Ending(Outcome.blocked, EndReason.prepared_probes_stale,
+                     f"prepared probes bound to another bundle: {shown}; this run built bundle {sha}",
+                     cause="prepared_probes_stale")
 
 
 def _check_readiness(ctx: Ctx, source: dict) -> None:
@@ -768,15 +783,27 @@ def _proposed_probes_fail(ctx: Ctx, verdict: ReviewVerdict, probes_read: ProbesE
         raise AttemptFailed(f"the task's image: {exc}") from None
     records = [ProbeRecord.model_validate(r)
                for r in _run_probes(ctx, ctx.paths.task, proposed, provider, f"review-probes-r{revision:04d}")]
+    from sweep.quality.probes import missing_focus
     kept = [p for p in probes_read.probes if p.origin != "reviewer"]      # a rerun review replaces them
     ev = probes_read.model_copy(update={"probes": kept + records, "passed": probes_read.passed and all(
-        r.outcome in ("killed", "accepted") for r in records)})
+        r.outcome in ("killed", "accepted") for r in records),
+        "missing_focus": missing_focus(probes_read.required_focus, kept + records)})
     write_json(ctx.evidence_path("probes", revision), ev.for_disk())
     ctx.event("probes", phase=Phase.review.value, detail="reviewer probes: " + ", ".join(
         f"{r.name} {r.kind} {r.outcome}" for r in records)[:400])
+    return _probe_findings(records)
+
+
+def _probe_findings(records: list[ProbeRecord]) -> list[str]:
+    """A repair's findings for each probe the tests did not treat as its kind requires."""
     return [(_weak_test_finding(r) if r.kind == "wrong_solution" else
              f"the tests rejected the valid alternative {r.name} ({r.rationale}), rewards {r.rewards}:\n{r.diff[:1500]}")
             for r in records if r.outcome in ("survived", "rejected")]
+
+
+def _prepared_probe_findings(ev: ProbesEvidence | None) -> list[str]:
+    """The plan's prepared probes bind like the reviewer's: each one failed goes back to the author."""
+    return _probe_findings([p for p in ev.probes if p.origin == "prepared"]) if ev is not None else []
 
 
 def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
@@ -792,16 +819,20 @@ def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
         provider = _trial_provider(ctx, "gates")
     except TaskImageProblem as exc:
         raise AttemptFailed(f"the task's image: {exc}") from None
-    records = _run_probes(ctx, bundle, candidates, provider, f"probes-r{revision:04d}")
+    from sweep.quality.probes import missing_focus, prepared_probes
+    extra = prepared_probes(ctx.candidate.candidate.prepared_probes)
+    records = _run_probes(ctx, bundle, candidates + extra, provider, f"probes-r{revision:04d}")
     ran = [r for r in records if r["outcome"] != "not_applicable"]
     mutants = [r for r in ran if r["origin"] == "mutant"]
     mutation = MutationScore(derived=len(candidates), run=len(mutants),
                              killed=sum(r["outcome"] == "killed" for r in mutants),
                              survived=[r["name"] for r in mutants if r["outcome"] == "survived"], note=note)
+    kept = [ProbeRecord.model_validate(r) for r in records]
+    required = list(ctx.candidate.candidate.required_probe_focus)
     evidence = ProbesEvidence(bundle_sha256=sha, revision=revision, repeats=quality.gate_repeats,
-                              mode=quality.mutants, mutation=mutation,
-                              probes=[ProbeRecord.model_validate(r) for r in records],
-                              passed=all(r["outcome"] in ("killed", "accepted") for r in ran), at=time.time())
+                              mode=quality.mutants, mutation=mutation, probes=kept,
+                              passed=all(r["outcome"] in ("killed", "accepted") for r in ran),
+                              required_focus=required, missing_focus=missing_focus(required, kept), at=time.time())
     write_json(ctx.evidence_path("probes", revision), evidence.for_disk())
     survivors = evidence.survivors()
     summary = ProbesCheckpoint(passed=evidence.passed, bundle_sha256=sha, revision=revision,
@@ -820,7 +851,29 @@ def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
         raise Ending(Outcome.generated_unverified, EndReason.weak_tests,
                      f"the tests accepted {len(survivors)} of {mutation.run} wrong solutions derived from the "
                      f"reference patch (mutation score {mutation.killed}/{mutation.run}): {shown}"[:500])
+    if facts_of(_options(ctx).runtimes.reviewer).mechanical:
+        _end_if_planned_probes_fail(ctx, evidence, summary)
     return _after(ctx, Phase.probes), summary
+
+
+def _end_if_planned_probes_fail(ctx: Ctx, ev: ProbesEvidence, summary: ProbesCheckpoint) -> None:
+    """With the oracle reviewer (which proposes no probe and repairs nothing), a prepared probe the
+    tests did not treat as its kind requires, or a required focus with no wrong-solution probe that
+    ran, ends the run at once; an agent reviewer sees both in its prompt instead."""
+    failing = [p for p in ev.probes if p.origin != "mutant" and p.outcome in ("survived", "rejected")]
+    if not failing and not ev.missing_focus:
+        return
+    ctx.save(checkpoints={**ctx.record.checkpoints, Phase.probes.value: {**summary.to_json(), "at": time.time()}})
+    if failing:
+        raise Ending(Outcome.generated_unverified, EndReason.weak_tests, "; ".join(
+            f"the tests {'accepted the wrong solution' if p.kind == 'wrong_solution' else 'rejected the valid alternative'}"
+            f" {p.name} ({p.origin}, focus {p.focus!r}): rewards {p.rewards}" for p in failing[:5])[:500])
+    raise Ending(Outcome.generated_unverified, EndReason.weak_tests, _focus_missing_text(ev.missing_focus),
+                 cause="probe_focus_missing")
+
+
+def _focus_missing_text(missing: list[str]) -> str:
+    return ("no wrong-solution probe ran for the required focus " + ", ".join(repr(f) for f in missing))[:500]
 
 
 def review(ctx: Ctx) -> tuple[str, Checkpoint]:
@@ -848,7 +901,7 @@ def review(ctx: Ctx) -> tuple[str, Checkpoint]:
     write_json(ctx.evidence_path("review", revision),
                ReviewEvidence(bundle_sha256=sha, gates_bundle_sha256=gates_cp.bundle_sha256 if gates_cp else None,
                               verdict=verdict, at=time.time()).for_disk())
-    failed = _proposed_probes_fail(ctx, verdict, probes_read, revision)
+    failed = _proposed_probes_fail(ctx, verdict, probes_read, revision) + _prepared_probe_findings(probes_read)
     if failed:
         return _repair_or_end(ctx, "review", failed, reason=EndReason.weak_tests)
     survivors = [p for p in probes_read.survivors() if p.origin == "mutant"] \
@@ -921,13 +974,19 @@ def _verdict_problem(ctx: Ctx, result, probes: ProbesEvidence | None) -> tuple[s
         return "invalid output", f"reviewer output: {describe_validation_error(exc)}", None
     if verdict.verdict not in ("accept", "revise", "reject"):
         return "invalid output", f"reviewer verdict {verdict.verdict!r} is not accept/revise/reject", None
-    survivors = probes.survivors() if probes and probes.mode == "enforce" else []
+    # only a mutant can be judged equivalent: a probe the plan or a reviewer wrote binds as it is
+    survivors = [p for p in probes.survivors() if p.origin == "mutant"] if probes and probes.mode == "enforce" else []
     judged = _mutant_judgements(verdict)
     unjudged = [p.name for p in survivors if p.name not in judged
                 or (judged[p.name][0] == "equivalent" and not judged[p.name][1].strip())]
     if verdict.verdict == "accept" and unjudged:
         return "invalid output", ("the reviewer accepted without judging each surviving mutant equivalent (with a "
                                   f"reason) or weak_tests: {', '.join(unjudged)}"), None
+    uncovered = _focus_left_open(verdict, probes)
+    if verdict.verdict == "accept" and uncovered:
+        return "invalid output", ("the reviewer accepted while a required probe focus has no wrong-solution probe: "
+                                  "propose one in `probes` (kind wrong_solution, focus exactly as written) for "
+                                  + ", ".join(repr(f) for f in uncovered)), None
     from sweep.runtimes.facts import facts_of
     if verdict.verdict != "accept" and not facts_of(_options(ctx).runtimes.reviewer).mechanical:
         from sweep.quality.review import citation_problems
@@ -936,6 +995,16 @@ def _verdict_problem(ctx: Ctx, result, probes: ProbesEvidence | None) -> tuple[s
         if problems:
             return "mis-cited finding", "; ".join(problems)[:1500], None
     return "", "", verdict
+
+
+def _focus_left_open(verdict: ReviewVerdict, probes: ProbesEvidence | None) -> list[str]:
+    """The required focus entries no probe that ran covers and the verdict proposes no wrong solution for."""
+    if probes is None or not probes.missing_focus:
+        return []
+    items = (verdict.model_extra or {}).get("probes")
+    proposed = {str(i.get("focus") or "") for i in items if isinstance(i, dict) and i.get("kind") == "wrong_solution"} \
+        if isinstance(items, list) else set()
+    return [f for f in probes.missing_focus if f not in proposed]
 
 
 def _probes_evidence(ctx: Ctx, revision: int) -> ProbesEvidence | None:
@@ -959,14 +1028,31 @@ def _probes_prompt(ev: ProbesEvidence | None) -> str:
     m = ev.mutation
     text = ["", "## Probes", "", f"Wrong solutions derived mechanically from the reference patch: {m.killed} of "
             f"{m.run} rejected by the tests (mutation score)." + (f" {m.note}" if m.note else "")]
-    survivors = ev.survivors()
+    survivors = [p for p in ev.survivors() if p.origin == "mutant"]
     if survivors:
         text += ["", "These wrong solutions were ACCEPTED by the tests. For each, judge it in the verdict's "
                  "`mutants` list: `equivalent` (it behaves exactly like the reference; give the reason) or "
                  "`weak_tests` (the tests should reject it: the author will strengthen them)."]
         for p in survivors:
             text += ["", f"### {p.name}: {p.rationale}", "```diff", p.diff.rstrip("\n"), "```"]
-    return "\n".join(text) + "\n"
+    return "\n".join(text + _planned_probes_prompt(ev)) + "\n"
+
+
+def _planned_probes_prompt(ev: ProbesEvidence) -> list[str]:
+    """The plan's prepared probes with their outcomes, and its required probe focus (what is missing)."""
+    text: list[str] = []         # the plan's own words (trusted), and sweep's outcomes
+    prepared = [p for p in ev.probes if p.origin == "prepared"]
+    if prepared:
+        text += ["", "Probes the plan prepared (a wrong solution must score 0, a valid alternative 1):"]
+        text += [f"- {p.name} ({p.kind}, focus {p.focus!r}): {p.outcome}, rewards {p.rewards}" for p in prepared]
+    if ev.required_focus:
+        text += ["", "The plan requires a wrong-solution probe that ran for each focus: "
+                 + ", ".join(repr(f) for f in ev.required_focus) + "."]
+        if ev.missing_focus:
+            text += ["No probe covers " + ", ".join(repr(f) for f in ev.missing_focus) + " yet: propose one in the "
+                     "verdict's `probes` for each (kind wrong_solution, `focus` exactly that text, a patch of the "
+                     "base repository the tests must reject); no accept without them."]
+    return text
 
 
 def _mutant_judgements(verdict: ReviewVerdict) -> dict[str, tuple[str, str]]:
@@ -996,8 +1082,10 @@ def _probes_ok(ctx: Ctx, cps: Checkpoints, sha: str) -> tuple[bool, str]:
     if rejected:
         return False, "the tests rejected valid alternatives: " + ", ".join(p.name for p in rejected)
     proposed = [p.name for p in ev.survivors() if p.origin != "mutant"]
-    if proposed:        # a wrong solution the reviewer proposed binds whatever quality.mutants says
-        return False, "the tests accepted wrong solutions the reviewer proposed: " + ", ".join(proposed)
+    if proposed:        # a wrong solution proposed or prepared binds whatever quality.mutants says
+        return False, "the tests accepted wrong solutions the reviewer proposed or the plan prepared: " + ", ".join(proposed)
+    if ev.missing_focus:
+        return False, _focus_missing_text(ev.missing_focus)
     survivors = ev.survivors() if ev.mode == "enforce" else []
     if survivors:
         try:
@@ -1145,7 +1233,8 @@ def evaluate(ctx: Ctx) -> NoReturn:
                         else "") + f", review accepted for bundle {sha[:12]}"
                      + (f", rollouts solved {solved}/{cps.solve.rollouts}" if solved is not None and cps.solve else ""))
     if gates_ok and review_ok and cps.probes is not None and cps.probes.bundle_sha256 == sha:
-        raise Ending(Outcome.generated_unverified, EndReason.weak_tests, probes_why)
+        raise Ending(Outcome.generated_unverified, EndReason.weak_tests, probes_why,
+                     cause="probe_focus_missing" if probes_why.startswith(_focus_missing_text([])) else None)
     missing = [name for name, ok in (("gates", gates_ok), ("review", review_ok), ("probes", probes_ok)) if not ok]
     raise Ending(Outcome.generated_unverified, EndReason.evidence_incomplete,
                  f"{', '.join(missing)} not passed for the current bundle {sha[:12]}")

@@ -45,6 +45,11 @@ def _quality_lines(ctx: Ctx) -> list[str]:
         lines.append(f"- survived: {p.name} ({p.rationale}), rewards {p.rewards}")
     for p in ev.rejected_alternatives()[:20]:
         lines.append(f"- valid alternative rejected: {p.name} ({p.rationale}), rewards {p.rewards}")
+    for p in [p for p in ev.probes if p.origin == "prepared"][:20]:
+        lines.append(f"- prepared probe {p.name} ({p.kind}, focus {p.focus!r}): {p.outcome}, rewards {p.rewards}")
+    if ev.required_focus:
+        lines.append("- required probe focus: " + ", ".join(ev.required_focus)
+                     + (f"; missing: {', '.join(ev.missing_focus)}" if ev.missing_focus else "; each covered"))
     return lines
 
 

@@ -159,6 +159,10 @@ class ProbesEvidence(Document):
     mutation: MutationScore = Field(default_factory=MutationScore)
     probes: list[ProbeRecord] = Field(default_factory=list)
     passed: bool = False              # every wrong solution killed, every valid alternative accepted
+    # the candidate's required_probe_focus, and those with no prepared or proposed wrong-solution
+    # probe that ran on this bundle (the run cannot be verified while one is missing)
+    required_focus: list[str] = Field(default_factory=list)
+    missing_focus: list[str] = Field(default_factory=list)
     at: float = 0.0
 
     def survivors(self) -> list[ProbeRecord]:

@@ -180,6 +180,37 @@ def check_test_workdir(workdir: str) -> None:
                          "without '..'")
 
 
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class PreparedProbe(Strict):
+    """A probe the plan brings (sweep/quality/probes.py): the same shape as a reviewer's, bound to
+    the sha256 of the bundle it was written for (`bundle_sha256` as the run's evidence names it).
+    A probe whose bundle the run does not build is refused before any paid work."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    kind: Literal["wrong_solution", "valid_alternative"]
+    focus: str = Field(default="", max_length=300)
+    rationale: str = Field(default="", max_length=2000)
+    patch: str = Field(min_length=1, max_length=1 << 20)
+    bundle_sha256: str
+
+    @field_validator("bundle_sha256")
+    @classmethod
+    def _check_sha(cls, v: str) -> str:
+        if not SHA256_RE.match(v):
+            raise ValueError(f"{v!r} is not a bundle sha256 (64 lowercase hex digits, as evidence/gates-r0001.json "
+                             "and `sweep export`'s metadata name it)")
+        return v
+
+    @field_validator("patch")
+    @classmethod
+    def _check_patch(cls, v: str) -> str:
+        if not v.strip() or "\n+++ " not in "\n" + v:
+            raise ValueError("patch must be a unified diff of the base repository (with ---/+++ file lines)")
+        return v
+
+
 class Candidate(Strict):
     """One PR: a GitHub PR `url`, or a local git `repo` with `base` and `head` refs."""
 
@@ -191,6 +222,32 @@ class Candidate(Strict):
     title: str | None = None
     body: str | None = None
     options: CandidateOptions = Field(default_factory=CandidateOptions)
+    # probes this PR's task must pass (wrong solutions scored 0, valid alternatives 1), bound to the
+    # bundle sha256 they were written for; at most options.quality.max_probes (checked at init)
+    prepared_probes: list[PreparedProbe] = Field(default_factory=list)
+    # no accept until each of these focus strings has a wrong-solution probe (prepared or proposed
+    # by the reviewer) that ran on the current bundle
+    required_probe_focus: list[str] = Field(default_factory=list, max_length=20)
+
+    @field_validator("prepared_probes")
+    @classmethod
+    def _unique_probe_names(cls, v: list[PreparedProbe]) -> list[PreparedProbe]:
+        seen: set[str] = set()
+        for i, probe in enumerate(v):
+            if probe.name in seen:
+                raise ValueError(f"prepared_probes[{i}].name {probe.name!r} repeats an earlier probe's name")
+            seen.add(probe.name)
+        return v
+
+    @field_validator("required_probe_focus")
+    @classmethod
+    def _check_focus(cls, v: list[str]) -> list[str]:
+        for i, focus in enumerate(v):
+            if not focus.strip() or len(focus) > 300:
+                raise ValueError(f"required_probe_focus[{i}] must be a focus of 1-300 characters")
+            if focus in v[:i]:
+                raise ValueError(f"required_probe_focus[{i}] {focus!r} repeats an earlier entry")
+        return v
 
     @field_validator("id")
     @classmethod

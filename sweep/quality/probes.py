@@ -41,6 +41,7 @@ class Probe:
     mutant_kind: str | None = None
     path: str | None = None
     line: int | None = None
+    bound_to: str | None = None     # the bundle sha256 a prepared (or carried) probe was written for
 
     @property
     def patch_sha256(self) -> str:
@@ -64,7 +65,7 @@ class ProbeOutcome:
         out = {"name": p.name, "kind": p.kind, "origin": p.origin, "focus": p.focus, "rationale": p.rationale,
                "patch_sha256": p.patch_sha256, "rewards": self.rewards, "outcome": self.outcome,
                "detail": self.detail[:300], "diff": diff_text(p.patch)}
-        for key in ("mutant_kind", "path", "line"):
+        for key in ("mutant_kind", "path", "line", "bound_to"):
             if getattr(p, key) is not None:
                 out[key] = getattr(p, key)
         return out
@@ -166,3 +167,18 @@ def proposed_probes(items: object, max_probes: int, *, origin: str = "reviewer")
         out.append(Probe(name=name, kind=kind, focus=str(item.get("focus") or "")[:300],
                          rationale=str(item.get("rationale") or "")[:2000], patch=patch.encode(), origin=origin))
     return out
+
+
+def prepared_probes(items: list) -> list[Probe]:
+    """The plan's `prepared_probes` of a candidate (sweep/models/plan.py PreparedProbe, checked at
+    init) as probes: run like the reviewer's, each remembering the bundle it was written for."""
+    return [Probe(name=p.name, kind=p.kind, focus=p.focus, rationale=p.rationale, patch=p.patch.encode(),
+                  origin="prepared", bound_to=p.bundle_sha256) for p in items]
+
+
+def missing_focus(required: list[str], records: list) -> list[str]:
+    """The entries of `required_probe_focus` with no wrong-solution probe (prepared or proposed by
+    the reviewer: a mutant's focus is its kind, never a plan's) that ran on the bundle: one killed
+    or survived, not one whose patch did not apply. `records` are evidence ProbeRecords."""
+    ran = {r.focus for r in records if r.kind == WRONG and r.origin != "mutant" and r.outcome in ("killed", "survived")}
+    return [f for f in required if f not in ran]

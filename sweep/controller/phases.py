@@ -784,7 +784,10 @@ def _proposed_probes_fail(ctx: Ctx, verdict: ReviewVerdict, probes_read: ProbesE
     records = [ProbeRecord.model_validate(r)
                for r in _run_probes(ctx, ctx.paths.task, proposed, provider, f"review-probes-r{revision:04d}")]
     from sweep.quality.probes import missing_focus
-    kept = [p for p in probes_read.probes if p.origin != "reviewer"]      # a rerun review replaces them
+    # a rerun review replaces its own earlier proposals; probes carried from an earlier revision stay
+    names = {r.name for r in records}
+    kept = [p for p in probes_read.probes if (p.origin != "reviewer" or (p.model_extra or {}).get("carried_from"))
+            and p.name not in names]
     ev = probes_read.model_copy(update={"probes": kept + records, "passed": probes_read.passed and all(
         r.outcome in ("killed", "accepted") for r in records),
         "missing_focus": missing_focus(probes_read.required_focus, kept + records)})
@@ -802,8 +805,13 @@ def _probe_findings(records: list[ProbeRecord]) -> list[str]:
 
 
 def _prepared_probe_findings(ev: ProbesEvidence | None) -> list[str]:
-    """The plan's prepared probes bind like the reviewer's: each one failed goes back to the author."""
-    return _probe_findings([p for p in ev.probes if p.origin == "prepared"]) if ev is not None else []
+    """The plan's prepared probes, and the reviewer's carried from an earlier revision, bind like a
+    new proposal: each one failed goes back to the author."""
+    return _probe_findings([p for p in ev.probes if p.origin == "prepared" or _carried(p)]) if ev is not None else []
+
+
+def _carried(p: ProbeRecord) -> bool:
+    return bool((p.model_extra or {}).get("carried_from"))
 
 
 def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
@@ -820,7 +828,7 @@ def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
     except TaskImageProblem as exc:
         raise AttemptFailed(f"the task's image: {exc}") from None
     from sweep.quality.probes import missing_focus, prepared_probes
-    extra = prepared_probes(ctx.candidate.candidate.prepared_probes)
+    extra = prepared_probes(ctx.candidate.candidate.prepared_probes) + _carried_probes(ctx, revision)
     records = _run_probes(ctx, bundle, candidates + extra, provider, f"probes-r{revision:04d}")
     ran = [r for r in records if r["outcome"] != "not_applicable"]
     mutants = [r for r in ran if r["origin"] == "mutant"]
@@ -854,6 +862,25 @@ def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
     if facts_of(_options(ctx).runtimes.reviewer).mechanical:
         _end_if_planned_probes_fail(ctx, evidence, summary)
     return _after(ctx, Phase.probes), summary
+
+
+def _carried_probes(ctx: Ctx, revision: int) -> list:
+    """After a repair, the reviewer's probes of the bundle it replaced, re-run on this one (they
+    stay in its probe evidence with `carried_from` and `bound_to`, so a repair cannot drop one);
+    after `sweep retry` none (the operator asked for a fresh look)."""
+    from sweep.quality.probes import carried_probes
+    cps = _checkpoints(ctx)
+    if cps.repair is None:
+        return []
+    for earlier in range(revision - 1, cps.retry_after_revision, -1):
+        previous = _probes_evidence(ctx, earlier)
+        if previous is not None:
+            carried, lost = carried_probes(previous)
+            if lost:
+                ctx.event("probes", phase=Phase.probes.value,
+                          detail=f"not re-run (diff cut in the evidence; to be proposed again): {', '.join(lost)}"[:400])
+            return carried
+    return []
 
 
 def _end_if_planned_probes_fail(ctx: Ctx, ev: ProbesEvidence, summary: ProbesCheckpoint) -> None:
@@ -1045,6 +1072,11 @@ def _planned_probes_prompt(ev: ProbesEvidence) -> list[str]:
     if prepared:
         text += ["", "Probes the plan prepared (a wrong solution must score 0, a valid alternative 1):"]
         text += [f"- {p.name} ({p.kind}, focus {p.focus!r}): {p.outcome}, rewards {p.rewards}" for p in prepared]
+    carried = [p for p in ev.probes if _carried(p)]
+    if carried:
+        text += ["", "Probes proposed for an earlier revision, re-run on this bundle (they still bind):"]
+        text += [f"- {p.name} ({p.kind}, focus {p.focus!r}, from revision {(p.model_extra or {})['carried_from']}): "
+                 f"{p.outcome}, rewards {p.rewards}" for p in carried]
     if ev.required_focus:
         text += ["", "The plan requires a wrong-solution probe that ran for each focus: "
                  + ", ".join(repr(f) for f in ev.required_focus) + "."]

@@ -42,6 +42,7 @@ class Probe:
     path: str | None = None
     line: int | None = None
     bound_to: str | None = None     # the bundle sha256 a prepared (or carried) probe was written for
+    carried_from: int | None = None     # a reviewer's probe of an earlier revision, re-run after a repair
 
     @property
     def patch_sha256(self) -> str:
@@ -65,7 +66,7 @@ class ProbeOutcome:
         out = {"name": p.name, "kind": p.kind, "origin": p.origin, "focus": p.focus, "rationale": p.rationale,
                "patch_sha256": p.patch_sha256, "rewards": self.rewards, "outcome": self.outcome,
                "detail": self.detail[:300], "diff": diff_text(p.patch)}
-        for key in ("mutant_kind", "path", "line", "bound_to"):
+        for key in ("mutant_kind", "path", "line", "bound_to", "carried_from"):
             if getattr(p, key) is not None:
                 out[key] = getattr(p, key)
         return out
@@ -182,3 +183,25 @@ def missing_focus(required: list[str], records: list) -> list[str]:
     or survived, not one whose patch did not apply. `records` are evidence ProbeRecords."""
     ran = {r.focus for r in records if r.kind == WRONG and r.origin != "mutant" and r.outcome in ("killed", "survived")}
     return [f for f in required if f not in ran]
+
+
+def carried_probes(previous) -> tuple[list[Probe], list[str]]:
+    """The reviewer's probes of the bundle a repair replaced (`previous`: its ProbesEvidence), to be
+    re-run on the repaired bundle: a repair gets a new sha256, and what the tests had to reject
+    before they must still reject. A probe's patch is taken back from its recorded diff, only when
+    that diff is whole (its sha256 is the patch's); the names of those that cannot are returned
+    (the reviewer is asked to propose them again)."""
+    out: list[Probe] = []
+    lost: list[str] = []
+    for r in previous.probes:
+        if r.origin != "reviewer":
+            continue
+        patch = r.diff.encode()
+        if hashlib.sha256(patch).hexdigest() != r.patch_sha256:
+            lost.append(r.name)
+            continue
+        extra = r.model_extra or {}
+        out.append(Probe(name=r.name, kind=r.kind, focus=r.focus, rationale=r.rationale, patch=patch, origin="reviewer",
+                         bound_to=extra.get("bound_to") or previous.bundle_sha256,
+                         carried_from=extra.get("carried_from") or previous.revision))
+    return out, lost

@@ -25,6 +25,10 @@ It behaves like an agent session just enough to drive the controller through rea
   fixes the sample's clamp() and plants a conftest.py (a reward_hack by the oracle rules);
 - reviewer: writes an `accept` verdict to the output file;
 - solver: changes nothing (its rollout scores 0, which is evidence, not a failure);
+- `--touch-on-repair` (author): on a repair prompt, appends a line to the bundle's instruction.md
+  (a new bundle sha256, the same tests);
+- `--propose-new-only` (reviewer): proposes no probe when its prompt lists probes carried from an
+  earlier revision;
 - `--forge-verifier` (author): replaces the bundle's tests/test.sh with a verifier of its own that
   scores the reference 1 and the empty solution 0 whatever the code does (an attack);
 - `--cost USD`: reports its cost the way the `command` runtime reads it: a line
@@ -63,6 +67,10 @@ def author(args, workspace: Path) -> int:
     except AuthorRefusal as refusal:
         print(f"fake author refuses: {refusal.reason}: {refusal.message}", file=sys.stderr)
         return 3
+    if args.touch_on_repair and "# Repair (revision" in Path(args.prompt).read_text():
+        # a repair that changes the bundle (a new sha256) but not its tests
+        instruction = workspace / "task" / "instruction.md"
+        instruction.write_text(instruction.read_text() + "\n(revised after a review)\n")
     if args.forge_verifier:
         # a hostile author's own verifier: tells the reference run from the empty one by whether
         # solution/ sits next to tests/, and writes the reward and a JUnit report to match
@@ -106,7 +114,8 @@ def reviewer(args, workspace: Path) -> int:
         names = re.findall(r"^### (mutant-\d+): ", Path(args.prompt).read_text(), re.M)
         verdict["mutants"] = [{"name": n, "judgement": args.judge_mutants,
                                "reason": f"the fake reviewer judges {n} {args.judge_mutants}"} for n in names]
-    if args.propose_probe:
+    earlier = "Probes proposed for an earlier revision" in Path(args.prompt).read_text()
+    if args.propose_probe and not (args.propose_new_only and earlier):
         verdict["probes"] = [{"kind": spec.split(":", 1)[0], "focus": "above the range",
                               "rationale": f"the fake reviewer's probe {spec}", "patch": _clamp_patch(spec.split(":", 1)[1])}
                              for spec in args.propose_probe]
@@ -156,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hack", action="store_true")
     parser.add_argument("--propose-probe", action="append", default=[])     # KIND:LINE (clamp's new line)
     parser.add_argument("--forge-verifier", action="store_true")
+    parser.add_argument("--touch-on-repair", action="store_true")
+    parser.add_argument("--propose-new-only", action="store_true")
     args = parser.parse_args(argv)
     if args.cost is not None:
         print(json.dumps({"sweep_usage": {"cost_usd": float(args.cost)}}), flush=True)

@@ -205,16 +205,21 @@ def test_a_reviewers_probes_re_run_on_the_repaired_bundle(tmp_path):
     (carried, bound to the old hash), and bind though the next reviewer proposes nothing new."""
     src = make_pr_repo(tmp_path / "repos", "verified")
     options = {"author": agent_options("author", "--repo", src["repo"], "--touch-on-repair"),
-               "reviewer": agent_options("reviewer", "--propose-probe=wrong_solution:return 10", "--propose-new-only")}
+               "reviewer": agent_options("reviewer", "--propose-probe=wrong_solution:return 10",
+                                         "--propose-probe=wrong_solution:return 0", "--propose-new-only")}
     cand = candidate("carried", src, runtimes={"author": "command", "reviewer": "command", "solver": "oracle"},
                      runtime_options=options, quality={"max_repairs": 1, "run_rollout": False})
+    cand["required_probe_focus"] = [FOCUS]
     d, st = run_campaign(tmp_path, "camp", [cand])
     assert ended(st)["carried"][:2] == ("generated_unverified", "weak_tests")
     first, second = (read_evidence(run_dir(d, "carried") / "evidence" / f"probes-r000{n}.json", ProbesEvidence)
                      for n in (1, 2))
     assert first is not None and second is not None and first.bundle_sha256 != second.bundle_sha256
     carried = [p for p in second.probes if p.origin == "reviewer"]
-    assert [(p.name, p.outcome, p.rewards) for p in carried] == [("reviewer-01", "survived", [1.0])]
+    assert [(p.name, p.outcome, p.rewards) for p in carried] == [("reviewer-01", "survived", [1.0]),
+                                                                  ("reviewer-02", "killed", [0.0, 0.0])]
+    # the required focus stays covered through the repair by the carried probe: no correction round asked for it
+    assert second.missing_focus == [] and not [e for e in events(d, "carried") if e.get("kind") == "review_correction"]
     assert carried[0].model_extra == {**carried[0].model_extra, "carried_from": 1, "bound_to": first.bundle_sha256}
     prompts = sorted((run_dir(d, "carried") / "sessions").glob("*-reviewer/prompt.md"))
     assert "Probes proposed for an earlier revision" in prompts[-1].read_text()

@@ -478,7 +478,7 @@ def _end_if_prepared_probes_stale(ctx: Ctx, sha: str) -> None:
     if stale:
         shown = ", ".join(f"{p.name} ({p.bundle_sha256[:12]})" for p in stale[:5])
         raise Ending(Outcome.blocked, EndReason.prepared_probes_stale,
-                     f"prepared probes bound to another bundle: {shown}; this run built bundle {sha}",
+                     f"this run built bundle {sha}; prepared probes bound to another bundle: {shown}"[:500],
                      cause="prepared_probes_stale")
 
 

@@ -35,8 +35,9 @@ def test_the_default_stall_limit_is_below_the_reviewers_walltime(tmp_path):
     assert ClaudeCodeRuntime().build_invocation(req, files, "/dev/fd/3").idle_timeout_s == 120
 
 
-@pytest.mark.parametrize("runtime", ["claude-code", "codex"])
-@pytest.mark.parametrize("key", ["mcp_servers", "hooks", "settings", "permissions"])
+@pytest.mark.parametrize("runtime,key", [(r, k) for r in ("claude-code", "codex")
+                                          for k in ("mcp", "mcp_config", "hooks", "settings", "permissions")]
+                         + [("codex", "mcp_servers")])      # claude-code's: tests/test_agents_mcp.py
 def test_mcp_servers_hooks_and_settings_in_the_plan_are_refused_with_the_reason(runtime, key):
     from sweep.runtimes import get_runtime
     with pytest.raises(ConfigError) as err:

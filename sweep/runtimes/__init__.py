@@ -63,6 +63,8 @@ def check_runtime_supports(spec: RoleSpec, runtime_name: str, options: dict | No
         # no runtime installs skills yet: a listed skill would be silently ignored
         raise ConfigError(f"runtime {runtime_name!r} does not install skills, so {spec.skills} would be "
                           "ignored", field="skills", hint="leave skills = [] in the manifest", **where)
+    from sweep.runtimes.mcp import check_role_mcp
+    check_role_mcp(spec, runtime_name, options, caps.mcp_servers)
     if not caps.restricts_tools and not spec.has_unrestricted_shell:
         raise ConfigError(f"runtime {runtime_name!r} cannot restrict an agent's tools, and this role is limited "
                           f"to {spec.tools}", field="tools", hint=hint("tools"), **where)

@@ -101,6 +101,7 @@ class RuntimeCapabilities:
     roles: frozenset[str] | None = None   # role names it knows how to play; None = any
     uses_credentials: bool = True         # False: no secret and no key-family variable reaches it
     skills: bool = False                  # installs the RoleSpec's `skills` where its agent reads them
+    mcp_servers: bool = False             # starts the plan's stdio MCP servers (sweep/runtimes/mcp.py)
 
 
 @dataclass(frozen=True)
@@ -225,14 +226,15 @@ CONFIG_STATUSES = {401, 402, 403}       # the key or the account: the operator m
 
 
 # What users of the agent CLIs may try to hand a session, and why the plan refuses it (no dead
-# settings): a session runs with sweep's command line only, no settings, hooks or MCP servers,
-# from the plan or from the PR's workspace (.claude/, .mcp.json, .codex/ are ignored: docs/agents.md).
-_NO_CONFIG = ("a session gets no settings, hooks or MCP servers, from the plan or from the PR's "
-              ".claude/, .mcp.json or .codex/; its tools come from the role's manifest (tools, network)")
+# settings): a session runs with sweep's command line only, no settings or hooks, and no MCP
+# servers but the plan's stdio `mcp_servers` (claude-code: sweep/runtimes/mcp.py); nothing from the
+# PR's workspace (.claude/, .mcp.json, .codex/ are ignored: docs/agents.md).
+_NO_CONFIG = ("a session gets no settings, hooks or MCP servers from the PR's .claude/, .mcp.json or "
+              ".codex/; its tools come from the role's manifest (tools, network)")
 NOT_GIVEN_TO_AGENTS = {
-    "mcp_servers": "MCP servers per role are not implemented yet; " + _NO_CONFIG,
-    "mcp": "MCP servers per role are not implemented yet; " + _NO_CONFIG,
-    "mcp_config": "MCP servers per role are not implemented yet; " + _NO_CONFIG,
+    "mcp_servers": "this runtime does not start MCP servers yet (claude-code does: docs/agents.md); " + _NO_CONFIG,
+    "mcp": "MCP servers are given as mcp_servers (claude-code only: docs/agents.md); " + _NO_CONFIG,
+    "mcp_config": "MCP servers are given as mcp_servers (claude-code only: docs/agents.md); " + _NO_CONFIG,
     "hooks": "hooks would run commands the role's tools do not allow; " + _NO_CONFIG,
     "settings": _NO_CONFIG,
     "permissions": "the role's manifest says what it may do (tools); " + _NO_CONFIG,

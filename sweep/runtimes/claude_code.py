@@ -10,6 +10,9 @@
     request_timeout_s = 300             # API_TIMEOUT_MS
     stall_s = 900                       # no stream event for this long -> stopped, an outage
     binary = "claude"                   # a name on PATH or an absolute path
+    [defaults.runtime_options.solver.mcp_servers.notes]   # stdio MCP servers (sweep/runtimes/mcp.py)
+    command = ["python3", "/opt/mcp/notes.py"]
+    tools = ["search"]                  # admitted as mcp__notes__search; the server's others denied
 
 How a RoleSpec becomes the command line (the prompt goes on stdin: one argv element is capped at
 128 KiB, which a large PR's diff exceeds):
@@ -21,6 +24,8 @@ How a RoleSpec becomes the command line (the prompt goes on stdin: one argv elem
            --permission-mode dontAsk         (anything not pre-approved is denied, never asked)
            --setting-sources user --strict-mcp-config   (no settings, hooks or MCP servers from the
                                                          untrusted workspace)
+           [--mcp-config <session>/mcp.json]  (the plan's stdio servers; their declared tools
+                                               join --allowedTools, never --tools)
            --max-turns N --max-budget-usd X  (from the role's budget)
            --json-schema '{...}'             (judges; the structured output is validated by sweep)
            [--model M] [--effort E]
@@ -37,6 +42,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -46,6 +52,7 @@ from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, Sessio
                                  JsonLines, check_cli_options, check_wire_options, class_of_status, endpoint_of,
                                  feed_stdout, find_binary, session_cost_limit, stall_limit)
 from sweep.runtimes.facts import AgentCli, RuntimeFacts
+from sweep.runtimes.mcp import allowed_mcp_tools, check_mcp_servers, write_mcp_config
 
 # The CLI versions sweep's flag mapping and stream parser were tested with (tests/fixtures/streams).
 PACKAGE = "@anthropic-ai/claude-code"
@@ -54,10 +61,11 @@ DEFAULT_ENDPOINT = "https://api.anthropic.com"
 SUPPORTED_RANGE = ((2, 1, 0), (2, 2, 0))       # [min, max): outside it `sweep doctor` warns
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 CONFIG_DIR_NAME = "claude-config"
+MCP_CONFIG_NAME = "mcp.json"
 DEFAULTS = {"max_retries": 2, "request_timeout_s": 300.0, "stall_s": 900.0, "binary": "claude"}
 _OPTION_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "effort": str, "base_url": str, "max_retries": int,
                  "request_timeout_s": (int, float), "stall_s": (int, float), "binary": str,
-                 "prices": dict, "ca_file": str}
+                 "prices": dict, "ca_file": str, "mcp_servers": dict}
 # The assistant-message `error` values the CLI sets on an API failure.
 ERROR_CLASSES = {"rate_limit": "throttle", "overloaded": "throttle", "server_error": "outage",
                  "authentication_failed": "config", "billing_error": "config", "invalid_request": "failure",
@@ -66,8 +74,11 @@ MAX_DENIALS_KEPT = 20
 
 
 def check_claude_options(options: dict) -> None:
-    check_cli_options("claude-code", options, _OPTION_TYPES, EFFORTS)
+    check_cli_options("claude-code", {k: v for k, v in options.items() if k != "mcp_servers"},
+                      _OPTION_TYPES, EFFORTS)
     check_wire_options(options)
+    if "mcp_servers" in options:
+        check_mcp_servers(options["mcp_servers"])
 
 
 def install_root(exe: str) -> Path:
@@ -86,19 +97,22 @@ def parse_version(text: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups()) if m else None
 
 
-def tools_flags(tools: list[str]) -> tuple[str, str]:
+def tools_flags(tools: list[str], mcp: Sequence[str] = ()) -> tuple[str, str]:
     """(--tools, --allowedTools): names restrict the tool set, patterns only pre-approve.
 
     `Bash(pytest:*)` in --tools silently removes Bash, so --tools gets the base names; the
     pattern goes to --allowedTools, where (with --permission-mode dontAsk) it is the only Bash
-    use approved. A bare name in the role's list approves every use of that tool.
+    use approved. A bare name in the role's list approves every use of that tool. MCP tools
+    (`mcp__<server>__<tool>`, the plan's declared ones) go to --allowedTools only: --tools lists
+    built-in tools and does not filter a server's (measured, 2.1.197).
     """
     names: list[str] = []
     for tool in tools:
         base = tool_base(tool)
-        if base not in names:
+        if base not in names and not base.startswith("mcp__"):
             names.append(base)
-    return ",".join(names), ",".join(tools)
+    allowed = [*tools, *(t for t in mcp if t not in tools)]
+    return ",".join(names), ",".join(allowed)
 
 
 def api_endpoint(base_url: str | None) -> str:
@@ -118,7 +132,7 @@ class ClaudeCodeRuntime:
         # --tools restricts the built-in set, --max-turns and --max-budget-usd are the CLI's own
         # caps (it checks after a turn, so a turn can overshoot), --json-schema gives a verdict.
         return RuntimeCapabilities(restricts_tools=True, structured_output=True, max_turns=True,
-                                   cost_cap=True, needs_network=True)
+                                   cost_cap=True, needs_network=True, mcp_servers=True)
 
     def check_options(self, options: dict) -> None:
         check_claude_options(options)
@@ -132,11 +146,17 @@ class ClaudeCodeRuntime:
                               field="runtime_options.binary",
                               hint=f"npm install -g {PACKAGE}@{PINNED_VERSION}")
         session_id = str(uuid.uuid4())
-        tools, allowed = tools_flags(role.tools)
+        tools, allowed = tools_flags(role.tools, allowed_mcp_tools(opts))
         argv = [exe, "-p", "--output-format", "stream-json", "--verbose", "--session-id", session_id,
                 "--append-system-prompt-file", str(files.instructions),
                 "--tools", tools, "--allowedTools", allowed, "--permission-mode", "dontAsk",
                 "--setting-sources", "user", "--strict-mcp-config"]
+        read_paths = [files.instructions, install_root(exe)]
+        if opts.get("mcp_servers"):
+            # the plan's stdio servers: the CLI's children, in its sandbox, reading only what they name
+            config = files.session_dir / MCP_CONFIG_NAME
+            read_paths += [config, *write_mcp_config(opts["mcp_servers"], config)]
+            argv += ["--mcp-config", str(config)]
         if role.budget.max_turns is not None:
             argv += ["--max-turns", str(role.budget.max_turns)]
         cap = session_cost_limit(role.budget.cost_cap_usd, req.cost_limit_usd)
@@ -167,7 +187,7 @@ class ClaudeCodeRuntime:
             if opts.get("base_url"):
                 env["ANTHROPIC_BASE_URL"] = opts["base_url"]
             endpoints = [api_endpoint(opts.get("base_url"))]
-        return Invocation(argv=argv, env=env, read_paths=[files.instructions, install_root(exe)],
+        return Invocation(argv=argv, env=env, read_paths=read_paths,
                           network="api", endpoints=endpoints, stdin_path=files.prompt,
                           state_paths=[config_dir], sandbox_env={"IS_SANDBOX": "1"},
                           idle_timeout_s=stall_limit(req.runtime_options or {}, DEFAULTS, role.budget.walltime_s))
@@ -176,6 +196,14 @@ class ClaudeCodeRuntime:
         stream = ClaudeStream()
         feed_stdout(files, stream.feed_line)
         parsed = classify_stream(stream, outcome)
+        down = [f"{name}: {status}" for name, status in stream.mcp_status.items()
+                if name in ((req.runtime_options or {}).get("mcp_servers") or {}) and status != "connected"]
+        if down:
+            # the CLI goes on without a server that did not start (measured, 2.1.197): the session
+            # would have run without the tools the plan gave it
+            parsed = replace(parsed, ok=False, failure_class="config", reason="mcp_server_failed",
+                             evidence=f"the plan's MCP server(s) did not start in the sandbox ({', '.join(down)}): "
+                                      "its program and files must be readable there (command, read_paths)")
         report = stream.provenance()
         report["config_dir"] = str(files.session_dir / CONFIG_DIR_NAME)
         if stream.session_id:
@@ -195,6 +223,7 @@ class ClaudeStream(JsonLines):
     cli_version: str | None = None
     tools: list[str] | None = None
     permission_mode: str | None = None
+    mcp_status: dict[str, str] = field(default_factory=dict)     # server name -> status, from init
     assistant_messages: int = 0
     assistant_errors: list[str] = field(default_factory=list)
     retries: list[dict] = field(default_factory=list)
@@ -214,6 +243,9 @@ class ClaudeStream(JsonLines):
             tools = event.get("tools")
             self.tools = [t for t in tools if isinstance(t, str)][:100] if isinstance(tools, list) else None
             self.permission_mode = _str(event.get("permissionMode"))
+            servers = event.get("mcp_servers")
+            self.mcp_status = {str(_str(m.get("name"), 64)): str(_str(m.get("status"), 32)) for m in
+                               (servers if isinstance(servers, list) else [])[:50] if isinstance(m, dict)}
         elif kind == "system" and subtype == "api_retry":
             self.retries.append({k: event.get(k) for k in ("attempt", "max_retries", "retry_delay_ms",
                                                            "error_status", "error") if k in event})
@@ -231,6 +263,7 @@ class ClaudeStream(JsonLines):
         return {
             "runtime": "claude-code", "cli_version": self.cli_version, "model": self.model,
             "session_id": self.session_id, "permission_mode": self.permission_mode, "tools": self.tools,
+            "mcp_servers": self.mcp_status,
             "num_turns": r.num_turns, "total_cost_usd": r.total_cost_usd,
             "usage": {k: r.usage[k] for k in USAGE_KEPT if k in r.usage},
             "subtype": r.subtype, "is_error": r.is_error,

@@ -198,7 +198,7 @@ def _argv_check(where: str, spec, manifest: Path, runtime: str, options: dict, s
                 inputs={}), _provider(settings))
     except Exception as exc:    # a refusal up front (bad options, unusable sandbox) is the finding
         return Finding("error", where, f"the {runtime} command line could not be checked: {exc}")
-    if result.reason in ("cli_failed", "launch_error"):
+    if result.reason in ("cli_failed", "launch_error", "mcp_server_failed"):
         return Finding("error", where, f"the {runtime} command line for role {spec.name} does not start: "
                                        f"{result.evidence}")
     return Finding("ok", where, f"the {runtime} command line for role {spec.name} is accepted "

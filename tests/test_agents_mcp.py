@@ -1,0 +1,172 @@
+"""MCP servers per role from the plan: the REAL claude CLI starts the plan's stdio server inside the
+session's sandbox (tests/fakes/mcp_server.py, JSON-RPC over stdio), the fake model calls its tools,
+only the ones the plan declares run; the PR's `.mcp.json` is still ignored; and `sweep init`
+refuses what sweep cannot start or bound (a bad command, a remote server, a secret in env, an
+MCP tool nobody declares), naming the field."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from roles import RoleSpec
+from runstate.errors import ConfigError
+from sweep.harbor.samples import make_pr_repo
+from sweep.providers.local.bwrap import SANDBOX_HOME
+from sweep.runtimes import check_runtime_supports, get_runtime
+from tests.agent_sessions import ENV_SECRETS, FAKE_KEY, needs_claude, run_agent, shipped, workspace_for
+from tests.campaigns import sweep, write_plan
+from tests.fakes.mcp_server import CANARY
+from tests.fakes.runs import candidate, local_plan
+
+SERVER = Path(__file__).resolve().parent / "fakes" / "mcp_server.py"
+# sweep's own interpreter: the sandbox shows it (a pyenv shim on PATH would not run there)
+PYTHON = sys.executable
+
+
+def notes_server(marker_dir: Path, **extra) -> dict:
+    return {"notes": {"command": [PYTHON, str(SERVER), str(marker_dir)], "tools": ["write_marker"], **extra}}
+
+
+def with_tools(role: str, tools: list[str]) -> RoleSpec:
+    spec, _ = shipped(role)
+    return RoleSpec.model_validate({**spec.model_dump(), "tools": tools})
+
+
+@needs_claude
+def test_a_plans_stdio_mcp_server_runs_in_the_sandbox_and_only_its_declared_tools_run(tmp_path):
+    from tests.fakes.anthropic_api import FakeAnthropic, Script, text, tool_calls
+    fake = FakeAnthropic()
+    try:
+        url = fake.script("solver", Script(steps=[
+            tool_calls([("mcp__notes__write_marker", {"note": "from the model"})]),
+            tool_calls([("mcp__notes__forbidden", {})]), text("done")]))
+        ws = workspace_for(tmp_path, "solver")
+        repo = ws / "repo"
+        # the PR's own server would leave its marker if the CLI read the workspace's .mcp.json
+        pr = {"mcpServers": {"pr-server": {"command": "sh", "args": ["-c", f"touch {repo / 'pr-mcp-started'}; cat"]}}}
+        for root in (ws, repo):
+            (root / ".mcp.json").write_text(json.dumps(pr))
+        host_only = tmp_path / "host-only"
+        host_only.write_text("the sandbox never shows this\n")
+        servers = notes_server(repo, env={"MCP_GREETING": "hello", "MCP_HOST_ONLY": str(host_only)})
+        result, req = run_agent(tmp_path, "solver", "claude-code",
+                                {"base_url": url, "max_retries": 0, "stall_s": 30, "model": "claude-sonnet-4-5",
+                                 "mcp_servers": servers}, workspace=ws)
+        assert result.status == "ok", result.evidence
+        seen = json.loads((repo / "mcp-marker.json").read_text())       # the tool ran, as the server saw it
+        assert seen["greeting"] == "hello" and seen["note"] == "from the model"
+        assert seen["home"] == SANDBOX_HOME and not seen["host_only_visible"], seen
+        assert not (repo / "mcp-forbidden").exists(), "a tool the plan does not declare ran"
+        denied = [d["tool_name"] for d in result.report["permission_denials"]]
+        assert denied == ["mcp__notes__forbidden"], result.report
+        assert not (repo / "pr-mcp-started").exists(), "the PR's .mcp.json was read"
+        init = next(json.loads(line) for line in (req.session_dir / "stdout.txt").read_text().splitlines()
+                    if '"subtype":"init"' in line.replace(" ", ""))
+        assert init["mcp_servers"] == [{"name": "notes", "status": "connected"}], init
+        assert CANARY in json.dumps([r["messages"] for r in fake.main_requests("solver")])
+        config = req.session_dir / "mcp.json"
+        assert config.stat().st_mode & 0o777 == 0o600
+        assert json.loads(config.read_text())["mcpServers"]["notes"]["args"] == [str(SERVER), str(repo)]
+        argv = json.loads((req.session_dir / "argv.json").read_text())
+        assert "--strict-mcp-config" in json.dumps(argv) and "mcp__notes__write_marker" in json.dumps(argv)
+    finally:
+        fake.close()
+
+
+@pytest.mark.parametrize("server,field,says", [
+    ({"command": ["no-such-program-4f1e"], "tools": ["t"]}, "notes.command", "not found"),
+    ({"command": "python3 server.py", "tools": ["t"]}, "notes.command", "non-empty list"),
+    ({"command": [], "tools": ["t"]}, "notes.command", "non-empty list"),
+    ({"url": "https://mcp.example.com/sse", "tools": ["t"]}, "notes.url", "relay's allow list"),
+    ({"type": "http", "command": ["python3"], "tools": ["t"]}, "notes.type", "relay's allow list"),
+    ({"command": ["python3"]}, "notes.tools", "tools must list"),
+    ({"command": ["python3"], "tools": ["t"], "env": {"NOTES_API_TOKEN": "abc"}}, "notes.env", "secret"),
+    ({"command": ["python3"], "tools": ["t"], "env": {"MODE": "sk-ant-0123"}}, "notes.env", "secret"),
+    ({"command": ["python3"], "tools": ["t"], "env": {"LD_PRELOAD": "/x.so"}}, "notes.env", "may not set"),
+    ({"command": ["python3"], "tools": ["t"], "args": ["x"]}, "notes.args", "put the arguments in command"),
+])
+def test_a_server_sweep_cannot_start_or_bound_is_refused_naming_the_field(server, field, says):
+    with pytest.raises(ConfigError) as err:
+        get_runtime("claude-code").check_options({"mcp_servers": {"notes": server}})
+    assert err.value.field == f"runtime_options.mcp_servers.{field}" and says in str(err.value), str(err.value)
+
+
+def test_a_server_name_that_is_not_a_safe_identifier_is_refused():
+    with pytest.raises(ConfigError) as err:
+        get_runtime("claude-code").check_options({"mcp_servers": {"my__srv": {"command": ["python3"], "tools": ["t"]}}})
+    assert err.value.field == "runtime_options.mcp_servers.my__srv" and "safe name" in str(err.value)
+
+
+def test_the_manifest_bounds_the_plans_servers(tmp_path):
+    options = {"mcp_servers": notes_server(tmp_path)}
+    # an MCP tool in the manifest that no plan server declares would silently not exist
+    with pytest.raises(ConfigError) as err:
+        check_runtime_supports(with_tools("solver", ["Read", "mcp__notes__search"]), "claude-code", options)
+    assert err.value.field == "tools" and "not declared" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        check_runtime_supports(with_tools("solver", ["Read", "mcp__notes"]), "claude-code", options)
+    assert err.value.field == "tools" and "one tool per entry" in str(err.value)
+    # a role that may not execute gets no server: a server's tool is code the session runs
+    with pytest.raises(ConfigError) as err:
+        check_runtime_supports(shipped("reviewer")[0], "claude-code", options)
+    assert err.value.field == "runtime_options.mcp_servers.notes" and "may not execute" in str(err.value)
+    # a runtime that starts no MCP server cannot honour a manifest's MCP tool
+    with pytest.raises(ConfigError) as err:
+        check_runtime_supports(with_tools("solver", ["Bash", "mcp__notes__write_marker"]), "command", {"argv": ["x"]})
+    assert err.value.field == "tools" and "does not start MCP servers" in str(err.value)
+    check_runtime_supports(with_tools("solver", ["Read", "mcp__notes__write_marker"]), "claude-code", options)
+
+
+def test_codex_refuses_mcp_servers_with_the_reason():
+    with pytest.raises(ConfigError) as err:
+        get_runtime("codex").check_options({"mcp_servers": notes_server(Path("/tmp"))})
+    assert err.value.field == "runtime_options.mcp_servers" and "does not start MCP servers" in str(err.value)
+
+
+def _init(tmp_path: Path, role: str, options: dict):
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    plan = local_plan([candidate("pr-0", src, runtime_options={role: options})],
+                      defaults={"runtimes": {role: "claude-code"}}, secrets=ENV_SECRETS)
+    return sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(tmp_path / "c"), check=False,
+                 env={"ANTHROPIC_API_KEY": FAKE_KEY})
+
+
+def test_init_refuses_a_remote_server_and_a_read_only_roles_server_naming_the_field(tmp_path):
+    r = _init(tmp_path / "a", "author", {"mcp_servers": {"notes": {"url": "https://mcp.example.com", "tools": ["t"]}}})
+    assert r.returncode == 2 and "runtime_options.mcp_servers.notes.url" in r.stderr, r.stderr
+    assert "relay's allow list" in r.stderr and "candidates.0.runtimes.author" in r.stderr
+    r = _init(tmp_path / "b", "reviewer", {"mcp_servers": notes_server(tmp_path)})
+    assert r.returncode == 2 and "runtime_options.mcp_servers.notes" in r.stderr and "may not execute" in r.stderr
+    assert not (tmp_path / "a" / "c" / "campaign.toml").exists()
+
+
+@needs_claude
+def test_a_server_that_does_not_start_in_the_sandbox_fails_the_session_as_config(tmp_path):
+    # measured: claude reports the server "failed" in its init event and goes on without its tools
+    from tests.fakes.anthropic_api import FakeAnthropic, Script, text
+    fake = FakeAnthropic()
+    try:
+        url = fake.script("solver", Script(steps=[text("done")]))
+        dead = {"notes": {"command": [PYTHON, "-c", "raise SystemExit(3)"], "tools": ["write_marker"]}}
+        result, _ = run_agent(tmp_path, "solver", "claude-code", {"base_url": url, "max_retries": 0, "stall_s": 30,
+                                                                   "mcp_servers": dead})
+        assert (result.status, result.failure_class, result.reason) == ("failed", "config", "mcp_server_failed")
+        assert "notes: failed" in result.evidence, result.evidence
+    finally:
+        fake.close()
+
+
+@needs_claude
+def test_init_runs_the_servers_command_line_in_the_sandbox_and_refuses_one_that_does_not_start(tmp_path):
+    r = _init(tmp_path, "author", {"base_url": "http://127.0.0.1:9",
+                                   "mcp_servers": {"notes": {"command": [PYTHON, "-c", "raise SystemExit(3)"],
+                                                             "tools": ["write_marker"]}}})
+    assert r.returncode == 2 and "did not start in the sandbox" in r.stderr, r.stderr
+    assert "candidates.0.runtimes.author" in r.stderr
+    (tmp_path / "markers").mkdir()
+    ok = _init(tmp_path / "good", "author", {"base_url": "http://127.0.0.1:9",
+                                             "mcp_servers": notes_server(tmp_path / "markers")})
+    assert ok.returncode == 0, ok.stderr

@@ -380,3 +380,21 @@ def test_a_fixed_view_shows_its_directories_at_their_fixed_paths(tmp_path):
     assert r.rc == 0 and lines[:2] == ["/app", "/app /app/a.py"], r.stdout_tail + r.stderr_tail
     assert "from the host" in lines and str(tmp_path) not in "\n".join(lines[:-1])
     assert (view[1][0] / "out").read_text() == "x\n"          # written at /logs, landed in logs/
+
+
+def test_a_run_returns_when_its_child_exits_not_at_the_next_poll(provider, tmp_path, monkeypatch):
+    """The provider waits on the child's exit (a pidfd), not a fixed nap between checks: with the
+    nap made 5 s, a run of `true` still returns at once (it took 50 ms a run at the real 0.05 s,
+    twice per reference trial; the walltime, idle and bound checks still run every POLL_S)."""
+    from sweep.providers.local import process
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("no os.pidfd_open here: the provider falls back to plain naps")
+    monkeypatch.setattr(process, "POLL_S", 5.0)
+    t0 = time.monotonic()
+    r = run(provider, tmp_path, ["true"])
+    took = time.monotonic() - t0
+    assert r.rc == 0 and took < 2.5, took
+    # and a bound is still checked on time: a child outliving its walltime is stopped
+    t0 = time.monotonic()
+    r = run(provider, tmp_path, ["sleep", "30"], timeout_s=1.0, kill_grace_s=0.2)
+    assert r.timed_out and time.monotonic() - t0 < 12, time.monotonic() - t0

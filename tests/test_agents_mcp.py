@@ -6,6 +6,7 @@ MCP tool nobody declares), naming the field."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from runstate.errors import ConfigError
 from sweep.harbor.samples import make_pr_repo
 from sweep.providers.local.bwrap import SANDBOX_HOME
 from sweep.runtimes import check_runtime_supports, get_runtime
+from sweep.runtimes.codex import native_binary
 from tests.agent_sessions import ENV_SECRETS, FAKE_KEY, needs_claude, run_agent, shipped, workspace_for
 from tests.campaigns import sweep, write_plan
 from tests.fakes.mcp_server import CANARY
@@ -59,6 +61,7 @@ def test_a_plans_stdio_mcp_server_runs_in_the_sandbox_and_only_its_declared_tool
         seen = json.loads((repo / "mcp-marker.json").read_text())       # the tool ran, as the server saw it
         assert seen["greeting"] == "hello" and seen["note"] == "from the model"
         assert seen["home"] == SANDBOX_HOME and not seen["host_only_visible"], seen
+        assert FAKE_KEY not in json.dumps(seen["api_keys"]), "the server saw the real key"
         assert not (repo / "mcp-forbidden").exists(), "a tool the plan does not declare ran"
         denied = [d["tool_name"] for d in result.report["permission_denials"]]
         assert denied == ["mcp__notes__forbidden"], result.report
@@ -120,10 +123,59 @@ def test_the_manifest_bounds_the_plans_servers(tmp_path):
     check_runtime_supports(with_tools("solver", ["Read", "mcp__notes__write_marker"]), "claude-code", options)
 
 
-def test_codex_refuses_mcp_servers_with_the_reason():
-    with pytest.raises(ConfigError) as err:
-        get_runtime("codex").check_options({"mcp_servers": notes_server(Path("/tmp"))})
-    assert err.value.field == "runtime_options.mcp_servers" and "does not start MCP servers" in str(err.value)
+needs_codex = pytest.mark.skipif(shutil.which("codex") is None or native_binary("codex") is None,
+                                 reason="the codex CLI is not installed (.ci/run installs it)")
+
+
+@needs_codex
+def test_codex_starts_the_plans_server_in_the_sandbox_and_offers_only_its_declared_tools(tmp_path):
+    from tests.fakes.openai_api import FakeOpenAI, Script, call, say
+    from tests.test_agents_codex import codex_role
+    fake = FakeOpenAI()
+    try:
+        # codex offers a server's tools as the namespace mcp__<server>
+        url = fake.script("solver", Script(steps=[call("write_marker", {"note": "from the model"}, "mcp__notes"),
+                                                  call("forbidden", {}, "mcp__notes"), say("done")]))
+        ws = workspace_for(tmp_path, "solver")
+        repo = ws / "repo"
+        (repo / ".codex").mkdir()
+        (repo / ".codex" / "config.toml").write_text(
+            f'[mcp_servers.pr-server]\ncommand = "sh"\nargs = ["-c", "touch {repo / "pr-mcp-started"}; cat"]\n')
+        host_only = tmp_path / "host-only"
+        host_only.write_text("the sandbox never shows this\n")
+        servers = notes_server(repo, env={"MCP_GREETING": "hello", "MCP_HOST_ONLY": str(host_only)})
+        result, req = run_agent(tmp_path, codex_role(), "codex", {"base_url": url, "max_retries": 0, "stall_s": 30,
+                                                                   "model": "gpt-5", "mcp_servers": servers}, workspace=ws)
+        assert result.status == "ok", result.evidence
+        seen = json.loads((repo / "mcp-marker.json").read_text())
+        assert seen["greeting"] == "hello" and seen["note"] == "from the model"
+        assert seen["home"] == SANDBOX_HOME and not seen["host_only_visible"], seen
+        assert FAKE_KEY not in json.dumps(seen["api_keys"]), "the server saw the real key"
+        assert not (repo / "mcp-forbidden").exists(), "a tool the plan does not declare ran"
+        offered = [t for r in fake.requests for t in (r.get("raw_tools") or []) if t.get("name") == "mcp__notes"]
+        assert offered and all([f["name"] for f in t["tools"]] == ["write_marker"] for t in offered), offered
+        assert not (repo / "pr-mcp-started").exists(), "the PR's .codex/config.toml server started"
+        outputs = json.dumps([r["input"] for r in fake.requests])
+        assert CANARY in outputs and "unsupported call" in outputs
+    finally:
+        fake.close()
+
+
+@needs_codex
+def test_a_codex_server_that_does_not_start_fails_the_session_before_its_first_event(tmp_path):
+    from tests.fakes.openai_api import FakeOpenAI, Script, say
+    from tests.test_agents_codex import codex_role
+    fake = FakeOpenAI()
+    try:
+        url = fake.script("solver", Script(steps=[say("done")]))
+        dead = {"notes": {"command": [PYTHON, "-c", "raise SystemExit(3)"], "tools": ["write_marker"]}}
+        result, _ = run_agent(tmp_path, codex_role(), "codex", {"base_url": url, "max_retries": 0, "stall_s": 30,
+                                                                 "model": "gpt-5", "mcp_servers": dead})
+        assert (result.status, result.failure_class, result.reason) == ("failed", "config", "cli_failed")
+        assert "required MCP servers failed to initialize" in result.evidence, result.evidence
+        assert not fake.requests
+    finally:
+        fake.close()
 
 
 def _init(tmp_path: Path, role: str, options: dict):

@@ -36,8 +36,8 @@ def test_the_default_stall_limit_is_below_the_reviewers_walltime(tmp_path):
 
 
 @pytest.mark.parametrize("runtime,key", [(r, k) for r in ("claude-code", "codex")
-                                          for k in ("mcp", "mcp_config", "hooks", "settings", "permissions")]
-                         + [("codex", "mcp_servers")])      # claude-code's: tests/test_agents_mcp.py
+                                          for k in ("mcp", "mcp_config", "hooks", "settings", "permissions")])
+# (mcp_servers, the stdio servers sweep starts: tests/test_agents_mcp.py)
 def test_mcp_servers_hooks_and_settings_in_the_plan_are_refused_with_the_reason(runtime, key):
     from sweep.runtimes import get_runtime
     with pytest.raises(ConfigError) as err:

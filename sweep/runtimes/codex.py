@@ -9,6 +9,9 @@
     max_retries = 1                      # request_max_retries and stream_max_retries
     stall_s = 600                        # no event for this long -> stopped, an outage
     binary = "codex"                     # the npm launcher is resolved to its native binary
+    [defaults.runtime_options.solver.mcp_servers.notes]   # stdio MCP servers (sweep/runtimes/mcp.py)
+    command = ["python3", "/opt/mcp/notes.py"]
+    tools = ["search"]                   # codex's enabled_tools: the server's others are not offered
     prices = { input_per_mtok = 1.25, cached_input_per_mtok = 0.125, output_per_mtok = 10.0 }
 
 What codex cannot do itself, sweep does, and the capability check says so:
@@ -42,6 +45,7 @@ from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, Sessio
                                  JsonLines, check_cli_options, check_wire_options, class_of_status, endpoint_of,
                                  feed_stdout, find_binary, session_cost_limit, stall_limit)
 from sweep.runtimes.facts import AgentCli, RuntimeFacts
+from sweep.runtimes.mcp import check_mcp_servers, codex_mcp_tables
 
 PACKAGE = "@openai/codex"
 PINNED_VERSION = "0.171.0"
@@ -51,7 +55,7 @@ EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
 HOME_NAME = "codex-home"
 DEFAULTS = {"max_retries": 1, "stall_s": 600.0, "binary": "codex"}
 _OPTION_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "effort": str, "base_url": str, "max_retries": int, "stall_s": (int, float),
-                 "binary": str, "prices": dict, "ca_file": str}
+                 "binary": str, "prices": dict, "ca_file": str, "mcp_servers": dict}
 STEP_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search", "agent_message"}
 _STATUS_RE = re.compile(r"\b(?:status:?|status code:?)\s*(\d{3})\b|\b(\d{3}) (?:Too Many Requests|Unauthorized|"
                         r"Forbidden|Internal Server Error|Bad Gateway|Service Unavailable|Gateway Timeout)\b")
@@ -144,7 +148,7 @@ def model_flags(opts: dict) -> list[str]:
     return flags
 
 
-def distrust_workspace(home: Path, workspace: Path) -> None:
+def distrust_workspace(home: Path, workspace: Path, extra: str = "") -> None:
     """The session's CODEX_HOME/config.toml names the workspace and every directory above it
     explicitly untrusted: codex then loads no project `.codex/config.toml` from the PR (its MCP
     servers, `notify` command, instructions, provider), and `--trust` could not change that.
@@ -153,7 +157,7 @@ def distrust_workspace(home: Path, workspace: Path) -> None:
     from runstate.files import make_private_dir, write_atomic
     make_private_dir(home)
     lines = [f"[projects.{json.dumps(str(p))}]\ntrust_level = \"untrusted\"\n" for p in (workspace, *workspace.parents)]
-    write_atomic(home / "config.toml", "\n".join(lines).encode())
+    write_atomic(home / "config.toml", ("\n".join(lines) + ("\n" + extra if extra else "")).encode())
 
 
 def resume_argv(exe: str, opts: dict, thread_id: str) -> list[str]:
@@ -175,11 +179,13 @@ class CodexRuntime:
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         # no tool list; turns and cost are enforced by sweep (see the module docstring)
         return RuntimeCapabilities(restricts_tools=False, structured_output=True, max_turns=True,
-                                   cost_cap=True, needs_network=True)
+                                   cost_cap=True, needs_network=True, mcp_servers=True)
 
     def check_options(self, options: dict) -> None:
-        check_cli_options("codex", options, _OPTION_TYPES, EFFORTS)
+        check_cli_options("codex", {k: v for k, v in options.items() if k != "mcp_servers"}, _OPTION_TYPES, EFFORTS)
         check_wire_options(options)
+        if "mcp_servers" in options:
+            check_mcp_servers(options["mcp_servers"])
 
     def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
         opts = {**DEFAULTS, **(req.runtime_options or {})}
@@ -191,7 +197,9 @@ class CodexRuntime:
         home = files.session_dir / HOME_NAME
         workspace = str(Path(req.workspace).resolve())
         env = {"CODEX_HOME": str(home)}
-        distrust_workspace(home, Path(workspace))
+        # the plan's stdio MCP servers (sweep/runtimes/mcp.py): codex's children, in its sandbox
+        mcp_tables, mcp_reads = codex_mcp_tables(opts["mcp_servers"]) if opts.get("mcp_servers") else ("", [])
+        distrust_workspace(home, Path(workspace), mcp_tables)
         if req.wire is not None:
             # the relay holds the key and meters the wire; the custom provider's env_key must be set
             wire_opts = {**opts, "base_url": req.wire.base_url}
@@ -202,7 +210,7 @@ class CodexRuntime:
             endpoints = [endpoint_of(opts.get("base_url") or DEFAULT_ENDPOINT)]
         common = ["exec", "--json", "--skip-git-repo-check", "-C", workspace, "-o", output_path,
                   *model_flags(wire_opts)]
-        read_paths = [package_root(exe)]
+        read_paths = [package_root(exe), *mcp_reads]
         if role.output_schema is not None:
             strict = files.session_dir / "output_schema.strict.json"
             strict.write_text(json.dumps(strict_schema(role.output_schema), indent=2))

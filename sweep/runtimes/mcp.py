@@ -9,15 +9,17 @@ session's sandbox, their tools admitted one by one, within what the role's manif
 
 A server is the CLI's child, so it runs inside the same sandbox (network, mounts, uid) as the
 CLI: its program, every absolute path among its arguments and its `read_paths` are mounted
-read-only, nothing else of the host is. Tools are admitted one by one: each listed tool becomes
-`mcp__<server>__<tool>` in claude's `--allowedTools`; any other tool the server offers is denied
-(`--permission-mode dontAsk`; measured with claude-code 2.1.197: `--tools` does not filter MCP
-tools, the permission check does). The manifest bounds it: a role that may not execute
+read-only, nothing else of the host is. Tools are admitted one by one: for claude-code each listed
+tool becomes `mcp__<server>__<tool>` in `--allowedTools` and any other tool the server offers is
+denied (`--permission-mode dontAsk`; measured with 2.1.197: `--tools` does not filter MCP tools,
+the permission check does); for codex the list is the server's `enabled_tools` in the session's
+CODEX_HOME/config.toml, so the model is offered no other (measured with 0.171.0). The manifest bounds it: a role that may not execute
 (`execution.can_execute = false`) gets no server (a server's tool is code the role runs), and an
 `mcp__` tool the manifest lists must be one the plan declares (else it would silently not exist).
 A remote (http/sse) server is refused: the session's network reaches only its model endpoint,
 through the relay; a remote server would need its own entry in the relay's allow list. The
-workspace's `.mcp.json` is never read (`--strict-mcp-config`).
+workspace's `.mcp.json` (claude: `--strict-mcp-config`) and `.codex/config.toml` (codex: the
+workspace is untrusted) are never read.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import json
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from roles.spec import KEY_FAMILY_ENV, RoleSpec
@@ -147,18 +150,51 @@ def check_role_mcp(spec: RoleSpec, runtime: str, options: dict | None, supported
                               "or remove it from the manifest", **where)
 
 
-def write_mcp_config(servers: dict, path: Path) -> list[Path]:
-    """Write claude's `--mcp-config` file (0600) and return the host paths the servers must read."""
-    config: dict[str, dict] = {}
-    reads: list[Path] = []
+@dataclass(frozen=True)
+class StdioServer:
+    """One plan server as a session starts it: the program resolved now, on the session's host."""
+    name: str
+    program: str
+    args: list[str]
+    env: dict[str, str]
+    tools: list[str]
+    reads: list[Path]                     # what the sandbox must show it (read-only)
+
+
+def stdio_servers(servers: dict) -> list[StdioServer]:
+    out = []
     for name, server in servers.items():
         command = list(server["command"])
         program = resolve_program(command[0])
         if program is None:
             raise _bad(name, "command", f"the program {command[0]!r} is not found or not executable")
-        reads.append(Path(program))
-        reads += [Path(a) for a in command[1:] if os.path.isabs(a) and os.path.exists(a)]
-        reads += [Path(p) for p in server.get("read_paths", [])]
-        config[name] = {"type": "stdio", "command": program, "args": command[1:], "env": dict(server.get("env", {}))}
+        reads = [Path(program), *(Path(a) for a in command[1:] if os.path.isabs(a) and os.path.exists(a)),
+                 *(Path(p) for p in server.get("read_paths", []))]
+        out.append(StdioServer(name, program, command[1:], dict(server.get("env", {})), list(server["tools"]), reads))
+    return out
+
+
+def write_mcp_config(servers: dict, path: Path) -> list[Path]:
+    """Write claude's `--mcp-config` file (0600) and return the host paths the servers must read."""
+    started = stdio_servers(servers)
+    config = {s.name: {"type": "stdio", "command": s.program, "args": s.args, "env": s.env} for s in started}
     write_atomic(path, (json.dumps({"mcpServers": config}, indent=2, sort_keys=True) + "\n").encode())
-    return reads
+    return [p for s in started for p in s.reads]
+
+
+def codex_mcp_tables(servers: dict) -> tuple[str, list[Path]]:
+    """codex's `[mcp_servers.<name>]` tables for CODEX_HOME/config.toml, and the host paths the
+    servers must read. `enabled_tools` offers the model only the declared tools (measured, 0.171.0:
+    an undeclared one is not in the request's tools and a call of it is "unsupported"); `required`
+    makes codex exit before its first event when a server does not start, instead of going on
+    without it."""
+    def q(text: str) -> str:
+        return json.dumps(text)             # a JSON string is a TOML basic string
+    started = stdio_servers(servers)
+    tables = []
+    for s in started:
+        env = ", ".join(f"{q(k)} = {q(v)}" for k, v in s.env.items())
+        tables.append(f"[mcp_servers.{q(s.name)}]\ncommand = {q(s.program)}\n"
+                      f"args = [{', '.join(map(q, s.args))}]\nenv = {{ {env} }}\n"
+                      f"enabled_tools = [{', '.join(map(q, s.tools))}]\nrequired = true\n")
+    return "\n".join(tables), [p for s in started for p in s.reads]

@@ -33,7 +33,7 @@ def call(marker_dir: Path, name: str, args: dict) -> dict:
         seen = {"cwd": os.getcwd(), "home": os.environ.get("HOME"), "note": args.get("note"),
                 "greeting": os.environ.get("MCP_GREETING"),
                 "host_only_visible": bool(host_only) and os.path.exists(host_only),
-                "api_keys": sorted(k for k in os.environ if k.endswith("_API_KEY") and os.environ[k])}
+                "api_keys": {k: v for k, v in os.environ.items() if k.endswith("_API_KEY")}}
         (marker_dir / "mcp-marker.json").write_text(json.dumps(seen))
         return {"content": [{"type": "text", "text": f"marker written: {CANARY}"}]}
     if name == "forbidden":

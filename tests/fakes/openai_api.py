@@ -27,8 +27,10 @@ class Script:
     dynamic: Callable[[dict, int], dict] | None = None
 
 
-def call(name: str, arguments: dict) -> dict:
-    return {"kind": "call", "name": name, "arguments": arguments}
+def call(name: str, arguments: dict, namespace: str | None = None) -> dict:
+    """A function call; `namespace` for a tool codex offers inside a namespace (an MCP server's
+    tools come as the namespace `mcp__<server>`)."""
+    return {"kind": "call", "name": name, "arguments": arguments, "namespace": namespace}
 
 
 def say(message: str) -> dict:
@@ -53,6 +55,7 @@ class FakeOpenAI(FakeSSEServer):
         step = sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call_output")
         tools = [t.get("name") or t.get("type") for t in body.get("tools") or [] if isinstance(t, dict)]
         record = {"route": route, "path": h.path, "step": step, "tools": tools, "input": items,
+                  "raw_tools": [t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "namespace"],
                   "instructions": body.get("instructions"), "text": body.get("text"), "model": body.get("model"),
                   "usage": None, "auth": bool(h.headers.get("Authorization")), "auth_sha256": key_digest(h.headers.get("Authorization")),
                   "at": time.time()}
@@ -83,6 +86,8 @@ class FakeOpenAI(FakeSSEServer):
             item = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:12]}", "status": "completed",
                     "call_id": f"call_{uuid.uuid4().hex[:12]}", "name": answer["name"],
                     "arguments": json.dumps(answer["arguments"])}
+            if answer.get("namespace"):
+                item["namespace"] = answer["namespace"]
         response = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "in_progress",
                     "model": body.get("model") or "gpt-5", "output": []}
         done = {**response, "status": "completed", "output": [item], "usage": {

@@ -22,8 +22,12 @@ and FAIL_TO_PASS do not catch it by themselves, except where noted):
   instruction check, so these measure what it does NOT catch (an agent reviewer's or a prepared
   probe's job).
 
+With `--prepared`, pinned and the two clean tasks carry a prepared valid-alternative probe (the plan's
+`prepared_probes`, bound to each bundle's sha256, which a first campaign with a placeholder hash
+gets, as docs/campaign.md says): pinned must then be caught, the clean tasks must still verify.
+
 Usage (from the repository root; about 5 minutes on an idle 2-core machine):
-    .venv/bin/python benchmarks/quality_calibration.py [--root /var/tmp/quality-calibration]
+    .venv/bin/python benchmarks/quality_calibration.py [--root /var/tmp/quality-calibration] [--prepared]
 """
 from __future__ import annotations
 
@@ -124,20 +128,30 @@ def panel(root: Path) -> list[tuple[str, str, dict]]:
     return out
 
 
-def run(root: Path) -> dict:
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
-    tasks = panel(root / "repos")
-    cands = [{"id": rid, "repo": src["repo"], "base": src["base"], "head": src["head"], "title": src["title"],
-              "body": src["body"], "options": {"test_command": src["test_command"]}} for rid, _, src in tasks]
+def _alternative(base: str, fixed: str) -> str:
+    """A valid alternative to a fix: the whole fix (a probe replaces the reference solution), with
+    clamp()'s `return high` spelled `return min(value, high)`; a diff of mathx.py from the base."""
+    import difflib
+    other = fixed.replace("        return high\n", "        return min(value, high)\n")
+    return "".join(difflib.unified_diff(base.splitlines(True), other.splitlines(True), "a/mathx.py", "b/mathx.py"))
+
+
+def _alternatives() -> dict[str, str]:
+    two_base = samples.MATHX_BUGGY + samples.MIDPOINT_BUGGY
+    two_fixed = samples.MATHX_FIXED + samples.MIDPOINT_BUGGY.replace("// 3", "// 2")
+    one = _alternative(samples.MATHX_BUGGY, samples.MATHX_FIXED)
+    return {"pinned": one, "clean-clamp": one, "clean-two": _alternative(two_base, two_fixed)}
+
+
+def _campaign(root: Path, name: str, cands: list[dict]) -> tuple[dict, Path]:
+    """`sweep init` + `sweep tick` until every run ended; the last `status --json` and the campaign."""
     plan = {"name": "calibration", "target_verified": 100, "max_parallel": 2, "max_attempts": 2,
             "defaults": {"quality": {"max_repairs": 0}}, "scheduler": {"backend": "local"},
             "tick": {"submit_grace_s": 0}, "candidates": cands}
-    (root / "plan.json").write_text(json.dumps(plan))
+    (root / f"{name}.json").write_text(json.dumps(plan))
     sweep = [sys.executable, "-m", "sweep"]
-    camp = root / "campaign"
-    subprocess.run([*sweep, "init", str(root / "plan.json"), "--campaign", str(camp)], check=True, cwd=REPO,
+    camp = root / name
+    subprocess.run([*sweep, "init", str(root / f"{name}.json"), "--campaign", str(camp)], check=True, cwd=REPO,
                    capture_output=True)
     started = time.monotonic()
     while True:
@@ -145,10 +159,41 @@ def run(root: Path) -> dict:
         st = json.loads(subprocess.run([*sweep, "status", "--json", "--campaign", str(camp)], check=True, cwd=REPO,
                                        capture_output=True, text=True).stdout)
         if st["counts"]["queued"] == 0 and st["counts"]["active"] == 0:
-            break
+            return st, camp
         if time.monotonic() - started > 1800:
-            raise SystemExit("the calibration campaign did not finish in 30 minutes")
+            raise SystemExit(f"the calibration campaign {name} did not finish in 30 minutes")
         time.sleep(1)
+
+
+def _prepared(rid: str, sha: str) -> list[dict]:
+    return [{"name": "min-high", "kind": "valid_alternative", "focus": "above the range",
+             "rationale": "clamp()'s fix spelled min(value, high)", "patch": _alternatives()[rid], "bundle_sha256": sha}]
+
+
+def _bundle_hashes(root: Path, cands: list[dict]) -> dict[str, str]:
+    """Each task's bundle sha256, the way docs/campaign.md tells a plan to get it: a first campaign
+    with a placeholder hash ends each run `prepared_probes_stale` after the oracle author, naming it."""
+    st, camp = _campaign(root, "hashes", [{**c, "prepared_probes": _prepared(c["id"], "0" * 64)} for c in cands])
+    out = {}
+    for c in cands:
+        detail = json.loads((camp / "runs" / c["id"] / "state.json").read_text())["cause_detail"]
+        out[c["id"]] = detail.split("this run built bundle ", 1)[1][:64]
+    return out
+
+
+def run(root: Path, prepared: bool = False) -> dict:
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    tasks = panel(root / "repos")
+    cands = [{"id": rid, "repo": src["repo"], "base": src["base"], "head": src["head"], "title": src["title"],
+              "body": src["body"], "options": {"test_command": src["test_command"]}} for rid, _, src in tasks]
+    if prepared:
+        hashes = _bundle_hashes(root, [c for c in cands if c["id"] in _alternatives()])
+        cands = [{**c, "prepared_probes": _prepared(c["id"], hashes[c["id"]])} if c["id"] in hashes else c
+                 for c in cands]
+    started = time.monotonic()
+    st, _ = _campaign(root, "campaign", cands)
     ended = {e["run_id"]: e for e in st["ended"]}
     rows = []
     for rid, cls, _ in tasks:
@@ -161,8 +206,11 @@ def run(root: Path) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", default="/var/tmp/quality-calibration")
+    parser.add_argument("--prepared", action="store_true",
+                        help="give pinned, clean-clamp and clean-two a prepared valid-alternative probe "
+                             "(clamp's fix spelled min(value, high)), bound to each bundle's sha256")
     args = parser.parse_args()
-    result = run(Path(args.root))
+    result = run(Path(args.root), prepared=args.prepared)
     rows = result["rows"]
     print(f"{'run':<15} {'class':<26} {'outcome':<22} {'reason':<14} quality")
     for r in rows:

@@ -785,9 +785,9 @@ def _proposed_probes_fail(ctx: Ctx, verdict: ReviewVerdict, probes_read: ProbesE
                for r in _run_probes(ctx, ctx.paths.task, proposed, provider, f"review-probes-r{revision:04d}")]
     from sweep.quality.probes import missing_focus
     # a rerun review replaces its own earlier proposals; probes carried from an earlier revision stay
+    # unless a new proposal takes the name (mutants and the plan's prepared probes always stay)
     names = {r.name for r in records}
-    kept = [p for p in probes_read.probes if (p.origin != "reviewer" or (p.model_extra or {}).get("carried_from"))
-            and p.name not in names]
+    kept = [p for p in probes_read.probes if p.origin != "reviewer" or (_carried(p) and p.name not in names)]
     ev = probes_read.model_copy(update={"probes": kept + records, "passed": probes_read.passed and all(
         r.outcome in ("killed", "accepted") for r in records),
         "missing_focus": missing_focus(probes_read.required_focus, kept + records)})

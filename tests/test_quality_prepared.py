@@ -110,7 +110,9 @@ def second(hashes):
         cand("agent-prep", [prepared("ten", "wrong_solution", "        return 10", got["agent-prep"])],
              runtimes=AGENT_REVIEWER, runtime_options=reviewer),
         cand("asks", [], [FOCUS], runtimes=AGENT_REVIEWER, runtime_options=reviewer),
-        cand("given", [], [FOCUS], runtimes=AGENT_REVIEWER,
+        # its prepared probe has the name the reviewer's first proposal gets: the proposal does not replace it
+        cand("given", [prepared("reviewer-01", "wrong_solution", "        return 1", got["given"], focus="other")],
+             [FOCUS], runtimes=AGENT_REVIEWER,
              runtime_options={"reviewer": agent_options("reviewer", "--propose-probe=wrong_solution:return 0")}),
     ]
     d, st = run_campaign(root, "second", cands)
@@ -168,8 +170,9 @@ def test_an_agent_reviewer_is_asked_for_the_missing_focus_and_prepared_probes_bi
     # a reviewer that proposes a wrong solution for the focus, which the tests reject: verified
     assert rows["given"] == ("verified", None, None)
     given = probes_of(d, "given")
-    assert given.missing_focus == [] and [(p.origin, p.focus, p.outcome) for p in given.probes
-                                          if p.origin == "reviewer"] == [("reviewer", FOCUS, "killed")]
+    assert given.missing_focus == [] and [(p.name, p.origin, p.focus, p.outcome) for p in given.probes
+                                          if p.origin != "mutant"] == [("reviewer-01", "prepared", "other", "killed"),
+                                                                       ("reviewer-01", "reviewer", FOCUS, "killed")]
     # a prepared wrong solution the tests accept goes back to the author even when the reviewer accepts
     assert rows["agent-prep"][:2] == ("generated_unverified", "weak_tests")
     prompt = next((run_dir(d, "agent-prep") / "sessions").glob("*-reviewer/prompt.md")).read_text()

@@ -222,3 +222,10 @@ def test_init_runs_the_servers_command_line_in_the_sandbox_and_refuses_one_that_
     ok = _init(tmp_path / "good", "author", {"base_url": "http://127.0.0.1:9",
                                              "mcp_servers": notes_server(tmp_path / "markers")})
     assert ok.returncode == 0, ok.stderr
+
+
+def test_mcp_tools_are_pre_approved_never_put_in_the_built_in_tool_list():
+    from sweep.runtimes.claude_code import tools_flags
+    tools, allowed = tools_flags(["Read", "mcp__notes__write_marker"], ["mcp__notes__write_marker", "mcp__notes__x"])
+    assert tools == "Read"
+    assert allowed == "Read,mcp__notes__write_marker,mcp__notes__x"

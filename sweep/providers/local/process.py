@@ -149,17 +149,20 @@ class _ExitWait:
     run up to 50 ms after its end (a run that took 5 ms took 55), twice per reference trial."""
 
     def __init__(self, pid: int) -> None:
+        self.poller = select.poll()      # poll, not select: a descriptor number past 1023 is fine
         try:
             self.fd: int | None = os.pidfd_open(pid)
         except (AttributeError, OSError):      # no pidfd_open (Linux < 5.3, another OS)
             self.fd = None
+        else:
+            self.poller.register(self.fd, select.POLLIN)
 
     def nap(self, seconds: float | None = None) -> None:
         seconds = POLL_S if seconds is None else seconds
         if self.fd is None:
             time.sleep(seconds)
         else:
-            select.select([self.fd], [], [], seconds)
+            self.poller.poll(seconds * 1000)
 
     def close(self) -> None:
         if self.fd is not None:

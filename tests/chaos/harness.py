@@ -355,6 +355,17 @@ class Chaos:
                     self.violation(f"{rid}: controllers {a} and {b} acted at the same time "
                                    f"({sa[0]:.2f}-{sa[1]:.2f} vs {sb[0]:.2f}-{sb[1]:.2f})")
 
+    def log_breaker(self) -> None:
+        """A tripped circuit breaker, with the detail of the run that tripped it (why a round did not
+        settle: the trip's cause alone does not say what the run met)."""
+        from runstate.breaker import tripped
+        trip = tripped(self.campaign)
+        if trip is not None:
+            self.log(f"circuit breaker tripped on {trip.cause} by {trip.runs}: {trip.detail}")
+            for rid in trip.runs[-3:]:
+                rec = json.loads((self.runs_dir() / rid / "state.json").read_bytes())
+                self.log(f"  {rid}: last_error {rec.get('last_error')!r}; cause_detail {rec.get('cause_detail')!r}")
+
     def check_end(self) -> None:
         st = self.sweep("status", "--json", "--campaign", str(self.campaign))
         if st.returncode != 0:
@@ -367,6 +378,7 @@ class Chaos:
             if not why:
                 self.violation(f"{rid}: corrupt without a reason")
         held = {h["run_id"]: h["reason"] for h in status.get("held", [])}
+        self.log_breaker()
         for rid in self.run_ids():
             rdir = self.runs_dir() / rid
             if rid in corrupt:

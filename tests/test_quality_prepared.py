@@ -173,10 +173,14 @@ def test_an_agent_reviewer_is_asked_for_the_missing_focus_and_prepared_probes_bi
     assert given.missing_focus == [] and [(p.name, p.origin, p.focus, p.outcome) for p in given.probes
                                           if p.origin != "mutant"] == [("reviewer-01", "prepared", "other", "killed"),
                                                                        ("reviewer-01", "reviewer", FOCUS, "killed")]
-    # a prepared wrong solution the tests accept goes back to the author even when the reviewer accepts
+    # a prepared wrong solution the tests accept ends the run before the (paid) reviewer's session:
+    # the unpaid author prepared probes require would rebuild the same bundle on a repair
     assert rows["agent-prep"][:2] == ("generated_unverified", "weak_tests")
-    prompt = next((run_dir(d, "agent-prep") / "sessions").glob("*-reviewer/prompt.md")).read_text()
-    assert "- ten (wrong_solution, focus 'above the range'): survived" in prompt
+    assert [p.name for p in (run_dir(d, "agent-prep") / "sessions").iterdir()] == ["0001-author"]
+    assert "ten (prepared" in state(d, "agent-prep")["cause_detail"]
+    # a prepared probe that passes is shown to an agent reviewer with its outcome
+    prompt = next((run_dir(d, "given") / "sessions").glob("*-reviewer/prompt.md")).read_text()
+    assert "- reviewer-01 (wrong_solution, focus 'other'): killed, rewards [0.0, 0.0]" in prompt
 
 
 @pytest.mark.parametrize("change,field,words", [

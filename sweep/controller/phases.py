@@ -859,8 +859,7 @@ def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
         raise Ending(Outcome.generated_unverified, EndReason.weak_tests,
                      f"the tests accepted {len(survivors)} of {mutation.run} wrong solutions derived from the "
                      f"reference patch (mutation score {mutation.killed}/{mutation.run}): {shown}"[:500])
-    if facts_of(_options(ctx).runtimes.reviewer).mechanical:
-        _end_if_planned_probes_fail(ctx, evidence, summary)
+    _end_if_planned_probes_fail(ctx, evidence, summary, mechanical=facts_of(_options(ctx).runtimes.reviewer).mechanical)
     return _after(ctx, Phase.probes), summary
 
 
@@ -883,12 +882,15 @@ def _carried_probes(ctx: Ctx, revision: int) -> list:
     return []
 
 
-def _end_if_planned_probes_fail(ctx: Ctx, ev: ProbesEvidence, summary: ProbesCheckpoint) -> None:
-    """With the oracle reviewer (which proposes no probe and repairs nothing), a prepared probe the
-    tests did not treat as its kind requires, or a required focus with no wrong-solution probe that
-    ran, ends the run at once; an agent reviewer sees both in its prompt instead."""
-    failing = [p for p in ev.probes if p.origin != "mutant" and p.outcome in ("survived", "rejected")]
-    if not failing and not ev.missing_focus:
+def _end_if_planned_probes_fail(ctx: Ctx, ev: ProbesEvidence, summary: ProbesCheckpoint, *, mechanical: bool) -> None:
+    """A prepared probe the tests did not treat as its kind requires ends the run at once, before
+    any reviewer session: prepared probes come only with an unpaid author, which builds the same
+    bundle again on a repair, so nothing could repair it. With the oracle reviewer (which proposes
+    no probe) a required focus with no wrong-solution probe that ran ends it too; an agent reviewer
+    is asked for one instead (its prompt names the focus)."""
+    failing = [p for p in ev.probes if p.origin != "mutant" and p.outcome in ("survived", "rejected")
+               and (mechanical or p.origin == "prepared")]
+    if not failing and not (mechanical and ev.missing_focus):
         return
     ctx.save(checkpoints={**ctx.record.checkpoints, Phase.probes.value: {**summary.to_json(), "at": time.time()}})
     if failing:

@@ -155,14 +155,15 @@ def test_a_required_focus_with_no_probe_that_ran_does_not_verify(second):
     assert na.missing_focus == [FOCUS] and [p.outcome for p in na.probes if p.origin == "prepared"] == ["not_applicable"]
     assert FOCUS in state(d, "na")["cause_detail"]
     assert "missing: above the range" in (run_dir(d, "na") / "report.md").read_text()
-    assert status_json(d)["causes"].get("probe_focus_missing") == 1
+    assert status_json(d)["causes"].get("probe_focus_missing") == 2     # na and the agent-reviewed asks
 
 
 def test_an_agent_reviewer_is_asked_for_the_missing_focus_and_prepared_probes_bind_it(second):
     root, d, st, _ = second
     rows = ended(st)
     # its accept proposes no probe for the focus: one correction round naming it, then the attempt fails
-    assert rows["asks"][:2] == ("blocked", "max_attempted")
+    assert rows["asks"] == ("blocked", "max_attempted", "probe_focus_missing")
+    assert FOCUS in state(d, "asks")["cause_detail"]
     corrections = [e for e in events(d, "asks") if e.get("kind") == "review_correction"]
     assert corrections and FOCUS in corrections[0]["detail"]
     prompt = next((run_dir(d, "asks") / "sessions").glob("*-reviewer/prompt.md")).read_text()

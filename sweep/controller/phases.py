@@ -977,7 +977,8 @@ def _reviewer_verdict(ctx: Ctx, workspace: Path, prompt: str, inputs: dict,
         if verdict is not None:
             return verdict
         if kind in corrected:
-            raise AttemptFailed(f"{error} (again after a correction round)"[:1000])
+            raise AttemptFailed(f"{error} (again after a correction round)"[:1000],
+                                cause="probe_focus_missing" if kind == "missing probe focus" else None)
         corrected.append(kind)
         ctx.event("review_correction", phase=Phase.review.value, detail=f"{kind}: {error}"[:500])
         text = (text + f"\n## Your previous answer was refused ({kind})\n\n" + fenced(error, "text")
@@ -1013,7 +1014,7 @@ def _verdict_problem(ctx: Ctx, result, probes: ProbesEvidence | None) -> tuple[s
                                   f"reason) or weak_tests: {', '.join(unjudged)}"), None
     uncovered = _focus_left_open(verdict, probes)
     if verdict.verdict == "accept" and uncovered:
-        return "invalid output", ("the reviewer accepted while a required probe focus has no wrong-solution probe: "
+        return "missing probe focus", ("the reviewer accepted while a required probe focus has no wrong-solution probe: "
                                   "propose one in `probes` (kind wrong_solution, focus exactly as written) for "
                                   + ", ".join(repr(f) for f in uncovered)), None
     from sweep.runtimes.facts import facts_of

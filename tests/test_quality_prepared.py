@@ -54,7 +54,7 @@ def run_campaign(root: Path, name: str, cands: list[dict], timeout: float = 400)
     return d, tick_until_done(d, timeout=timeout)
 
 
-REPOS = ("caught", "wrong", "alt", "na", "agent-prep", "asks", "given")
+REPOS = ("caught", "wrong", "alt", "na", "agent-prep", "asks", "given", "broken")
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +114,9 @@ def second(hashes):
         cand("given", [prepared("reviewer-01", "wrong_solution", "        return 1", got["given"], focus="other")],
              [FOCUS], runtimes=AGENT_REVIEWER,
              runtime_options={"reviewer": agent_options("reviewer", "--propose-probe=wrong_solution:return 0")}),
+        # its proposal for the focus does not apply to the base: the focus is still missing at evaluate
+        cand("broken", [], [FOCUS], runtimes=AGENT_REVIEWER, runtime_options={"reviewer": agent_options(
+            "reviewer", "--propose-probe=wrong_solution:return 0", "--broken-probes")}),
     ]
     d, st = run_campaign(root, "second", cands)
     return root, d, st, got
@@ -155,7 +158,13 @@ def test_a_required_focus_with_no_probe_that_ran_does_not_verify(second):
     assert na.missing_focus == [FOCUS] and [p.outcome for p in na.probes if p.origin == "prepared"] == ["not_applicable"]
     assert FOCUS in state(d, "na")["cause_detail"]
     assert "missing: above the range" in (run_dir(d, "na") / "report.md").read_text()
-    assert status_json(d)["causes"].get("probe_focus_missing") == 2     # na and the agent-reviewed asks
+    # with an agent reviewer whose proposal for the focus did not apply: evaluate refuses verified
+    assert rows["broken"] == ("generated_unverified", "weak_tests", "probe_focus_missing")
+    broken = probes_of(d, "broken")
+    assert broken.missing_focus == [FOCUS] and [p.outcome for p in broken.probes if p.origin == "reviewer"] == [
+        "not_applicable"]
+    assert FOCUS in state(d, "broken")["cause_detail"]
+    assert status_json(d)["causes"].get("probe_focus_missing") == 3     # na, broken and the agent-reviewed asks
 
 
 def test_an_agent_reviewer_is_asked_for_the_missing_focus_and_prepared_probes_bind_it(second):

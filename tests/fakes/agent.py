@@ -27,6 +27,7 @@ It behaves like an agent session just enough to drive the controller through rea
 - solver: changes nothing (its rollout scores 0, which is evidence, not a failure);
 - `--touch-on-repair` (author): on a repair prompt, appends a line to the bundle's instruction.md
   (a new bundle sha256, the same tests);
+- `--broken-probes` (reviewer): its proposed probes' patches do not apply to the base;
 - `--propose-new-only` (reviewer): proposes no probe when its prompt lists probes carried from an
   earlier revision;
 - `--forge-verifier` (author): replaces the bundle's tests/test.sh with a verifier of its own that
@@ -119,6 +120,9 @@ def reviewer(args, workspace: Path) -> int:
         verdict["probes"] = [{"kind": spec.split(":", 1)[0], "focus": "above the range",
                               "rationale": f"the fake reviewer's probe {spec}", "patch": _clamp_patch(spec.split(":", 1)[1])}
                              for spec in args.propose_probe]
+        if args.broken_probes:      # context lines the base does not have: git apply refuses them
+            for probe in verdict["probes"]:
+                probe["patch"] = probe["patch"].replace("-        return low", "-        return lo")
     with open(args.output, "w", encoding="utf-8") as fh:      # in place: an inherited descriptor
         json.dump(verdict, fh)
     print(json.dumps(verdict))
@@ -167,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forge-verifier", action="store_true")
     parser.add_argument("--touch-on-repair", action="store_true")
     parser.add_argument("--propose-new-only", action="store_true")
+    parser.add_argument("--broken-probes", action="store_true")
     args = parser.parse_args(argv)
     if args.cost is not None:
         print(json.dumps({"sweep_usage": {"cost_usd": float(args.cost)}}), flush=True)

@@ -446,6 +446,25 @@ def _runs_table(d: Data, limit: int = 500) -> str:
             "<th>PR title</th></tr>" + "".join(rows) + "</table>" + more)
 
 
+def _page_head(title: str, extra_css: str = "") -> str:
+    """The page up to <body>: no script, nothing fetched (the CSP allows inline style and data:
+    images only), one style sheet for both pages; `title` is escaped here."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<title>{esc(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 24px; color: #222; background: #fff; }}
+section {{ margin: 18px 0 28px; max-width: 1100px; }}
+svg {{ display: block; max-width: 1100px; height: auto; }}
+h1 {{ font-size: 22px; }} h2 {{ font-size: 16px; margin-bottom: 6px; }}
+table {{ border-collapse: collapse; font-size: 12px; margin-top: 8px; }}
+td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }}
+{extra_css}.meta {{ color: #555; font-size: 13px; }}
+</style></head>
+<body>"""
+
+
 def render(d: Data, generated_at: float | None = None) -> str:
     generated_at = time.time() if generated_at is None else generated_at
     counts: dict[str, int] = {}
@@ -468,23 +487,10 @@ def render(d: Data, generated_at: float | None = None) -> str:
         ("Slowest runs", _slowest_runs_table(d)),
     ]
     body = "".join(f"<section><h2>{esc(title)}</h2>{svg}</section>" for title, svg in sections)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
-<title>sweep report: {esc(d.name)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 24px; color: #222; background: #fff; }}
-section {{ margin: 18px 0 28px; max-width: 1100px; }}
-svg {{ display: block; max-width: 1100px; height: auto; }}
-h1 {{ font-size: 22px; }} h2 {{ font-size: 16px; margin-bottom: 6px; }}
-table {{ border-collapse: collapse; font-size: 12px; margin-top: 8px; }}
-td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }}
-tr.verified td:nth-child(2) {{ color: {COLORS['verified']}; }}
-tr.blocked td:nth-child(2) {{ color: {COLORS['blocked']}; }}
-tr.generated_unverified td:nth-child(2) {{ color: #b07d00; }}
-.meta {{ color: #555; font-size: 13px; }}
-</style></head>
-<body>
+    rows = (f"tr.verified td:nth-child(2) {{ color: {COLORS['verified']}; }}\n"
+            f"tr.blocked td:nth-child(2) {{ color: {COLORS['blocked']}; }}\n"
+            "tr.generated_unverified td:nth-child(2) { color: #b07d00; }\n")
+    return _page_head(f"sweep report: {d.name}", rows) + f"""
 <h1>Campaign {esc(d.name)} <span class="meta">({esc(d.campaign_id)})</span></h1>
 <p class="meta">{len(d.runs)} run{'' if len(d.runs) == 1 else 's'}: {summary}. Target {d.target} verified. Spent {spent:.2f} USD
 {f'of a {d.cap:.2f} USD cap' if d.cap else '(no campaign cap)'}.
@@ -578,20 +584,7 @@ def render_eval(summary: dict, name: str, generated_at: float | None = None) -> 
                  _eval_paired_table(summary)),
                 ("Per task", _eval_tasks_table(summary))]
     body = "".join(f"<section><h2>{esc(title)}</h2>{part}</section>" for title, part in sections)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
-<title>sweep evaluation: {esc(name)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 24px; color: #222; background: #fff; }}
-section {{ margin: 18px 0 28px; max-width: 1100px; }}
-svg {{ display: block; max-width: 1100px; height: auto; }}
-h1 {{ font-size: 22px; }} h2 {{ font-size: 16px; margin-bottom: 6px; }}
-table {{ border-collapse: collapse; font-size: 12px; margin-top: 8px; }}
-td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }}
-.meta {{ color: #555; font-size: 13px; }}
-</style></head>
-<body>
+    return _page_head(f"sweep evaluation: {name}") + f"""
 <h1>Evaluation {esc(name)}</h1>
 <p class="meta">{summary['ended']} of {summary['cells']} cells ended, {summary['repeats']} repeat{'' if summary['repeats'] == 1
         else 's'} per arm and task; manifest sha256 {esc(summary['manifest_sha256'])}. Written

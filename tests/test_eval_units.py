@@ -207,9 +207,30 @@ def test_an_arm_the_runtime_would_refuse_is_refused_at_init(tmp_path):
         init_eval(_write(tmp_path, bad), tmp_path / "camp")
     assert "arm nop" in err.value.message and "model" in err.value.message
     agent = PLAN.replace('runtime = "nop"', 'runtime = "claude-code"')
-    with pytest.raises(ConfigError, match="needs a key"):
+    with pytest.raises(ConfigError, match="arm nop: runtime claude-code needs a key of the anthropic family") as err:
         init_eval(_write(tmp_path, agent), tmp_path / "camp")
+    assert err.value.field == "secrets" and err.value.path == str(tmp_path / "eval.toml")
+    keyed = agent.replace("[[arms]]", '[secrets]\nanthropic = { env = "SOME_KEY" }\n\n[[arms]]', 1)
+    with pytest.raises(ConfigError, match="arm nop: runtime claude-code spends money") as err:
+        init_eval(_write(tmp_path, keyed), tmp_path / "camp")
+    assert err.value.field == "arms.1.budget.max_usd"
+    codex = keyed.replace('"claude-code"', '"codex"').replace("max_turns = 5", "max_turns = 5, max_usd = 1")
+    with pytest.raises(ConfigError, match="arm nop: runtime codex needs a key of the openai family"):
+        init_eval(_write(tmp_path, codex), tmp_path / "camp")
+    unused = PLAN.replace("[[arms]]", '[secrets]\nopenai = { env = "SOME_KEY" }\n\n[[arms]]', 1)
+    with pytest.raises(ConfigError, match="no arm's runtime uses the openai key family") as err:
+        init_eval(_write(tmp_path, unused), tmp_path / "camp")
+    assert err.value.field == "secrets.openai"
     assert not (tmp_path / "camp").exists()
+
+
+def test_the_plans_secrets_are_checked_like_a_generation_plans(tmp_path):
+    for bad, says in (('github = { env = "T" }', "'github', which is not a key family a solver session uses"),
+                      ('anthropic = { env = "T", file = "/k" }', "exactly one of file"),
+                      ('anthropic = { env = "T", variable = "OPENAI_API_KEY" }', "variable must be one of")):
+        with pytest.raises(ConfigError) as err:
+            load_eval_plan(_write(tmp_path, PLAN.replace("[[arms]]", f"[secrets]\n{bad}\n\n[[arms]]", 1)))
+        assert (err.value.field or "").startswith("secrets") and says in err.value.message, (bad, err.value)
 
 
 def test_init_is_complete_or_absent_and_clears_what_a_killed_init_left(tmp_path):

@@ -61,6 +61,9 @@ class CellResult(BaseModel):
     session_status: str | None = None
     failure_class: str | None = None
     cost_usd: float | None = None
+    metered_cost_usd: float | None = None   # what the wire relay metered (agent-CLI arms; cost_usd is it)
+    cli_version: str | None = None
+    model_reported: str | None = None       # the model the runtime says answered
     turns: int | None = None
     session_s: float | None = None
     session_started_at: float | None = None
@@ -76,18 +79,53 @@ def dump_json(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def _check_arm(arm: Arm) -> None:
-    """What a cell's session would refuse, refused at init instead (before anything is written)."""
-    from sweep.runtimes import get_runtime
+def arm_spec(spec: Any, arm: Arm) -> Any:
+    """The solver manifest with the arm's budget envelope (walltime, turns, spend) as its budget."""
+    return spec.model_copy(update={"budget": spec.budget.model_copy(update={
+        "walltime_s": arm.budget.wall_s, "max_turns": arm.budget.max_turns, "cost_cap_usd": arm.budget.max_usd})})
+
+
+def arm_family(spec: Any, arm: Arm) -> str | None:
+    """The key family an arm's sessions are given a secret of, or None when its runtime takes none."""
+    from sweep.runtimes import get_runtime, key_family_of
+    if not get_runtime(arm.runtime).capabilities(arm_options(arm)).uses_credentials:
+        return None
+    return key_family_of(spec, arm.runtime)
+
+
+def _check_arm(plan: EvalPlan, i: int, arm: Arm, spec: Any) -> str | None:
+    """What a cell's session would refuse, refused at init instead (before anything is written);
+    the key family the arm uses, if any."""
+    from sweep.runtimes import check_runtime_supports, get_runtime
     from sweep.runtimes.facts import facts_of
-    if facts_of(arm.runtime).key_families and facts_of(arm.runtime).cli is not None:
-        raise ConfigError(f"arm {arm.name}: runtime {arm.runtime} drives an agent CLI that needs a key, and "
-                          "evaluation plans take no secrets yet: use the command, nop or oracle runtime",
-                          field="arms")
+    facts = facts_of(arm.runtime)
     try:
         get_runtime(arm.runtime).check_options(arm_options(arm))
+        check_runtime_supports(arm_spec(spec, arm), arm.runtime, arm_options(arm))
     except ConfigError as exc:
-        raise ConfigError(f"arm {arm.name}: {exc.message}", field="arms") from None
+        raise ConfigError(f"arm {arm.name}: {exc.message}", field=f"arms.{i}") from None
+    family = arm_family(spec, arm)
+    if facts.cli is not None and family not in plan.secrets:
+        raise ConfigError(f"arm {arm.name}: runtime {arm.runtime} needs a key of the {family} family, and the plan "
+                          f"has no [secrets].{family} entry (a file or an environment variable naming it)",
+                          field="secrets")
+    if facts.paid and facts.cli is not None and arm.budget.max_usd is None:
+        raise ConfigError(f"arm {arm.name}: runtime {arm.runtime} spends money on a model API, and the arm has no "
+                          "budget.max_usd to bound each session", field=f"arms.{i}.budget.max_usd")
+    return family
+
+
+def _check_plan(plan: EvalPlan, plan_path: Path) -> EvalPlan:
+    """Every arm checked, and the plan with its secret files resolved (absolute, 0600, yours)."""
+    from roles import load_manifest, shipped_manifests_dir
+    from sweep.credentials import resolve_plan_secrets
+    spec = load_manifest(shipped_manifests_dir() / "solver.toml")
+    used = {_check_arm(plan, i, arm, spec) for i, arm in enumerate(plan.arms)}
+    unused = sorted(set(plan.secrets) - used)
+    if unused:
+        raise ConfigError(f"no arm's runtime uses the {', '.join(unused)} key family, so its secret would go to "
+                          "no session: remove the entry", field=f"secrets.{unused[0]}")
+    return plan.model_copy(update={"secrets": resolve_plan_secrets(plan.secrets, plan_path)})
 
 
 def arm_options(arm: Arm) -> dict[str, Any]:
@@ -101,8 +139,10 @@ def init_eval(plan_path: Path, out: Path) -> tuple[Frozen, Manifest, bool]:
     from roles import manifest_sha256, shipped_manifests_dir
     from sweep import __version__
     plan = load_eval_plan(plan_path)
-    for arm in plan.arms:
-        _check_arm(arm)
+    try:
+        plan = _check_plan(plan, Path(plan_path))
+    except ConfigError as exc:
+        raise ConfigError(exc.message, path=exc.path or plan_path, field=exc.field, hint=exc.hint) from None
     dataset = (Path(plan_path).parent / plan.dataset).resolve()
     tasks = read_dataset(dataset)
     manifest = assign([(t.task_id, t.digest) for t in tasks], [a.name for a in plan.arms], plan.repeats, plan.seed)

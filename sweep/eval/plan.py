@@ -12,9 +12,10 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sweep.models.plan import NAME_RE as CAMPAIGN_NAME_RE
-from sweep.models.plan import LimitSettings, Strict
+from sweep.models.plan import LimitSettings, SecretSource, Strict
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+SESSION_FAMILIES = ("anthropic", "openai")      # the key families a solver session can be given
 
 
 class Budget(Strict):
@@ -22,7 +23,9 @@ class Budget(Strict):
 
     wall_s: float = Field(default=900, gt=0, le=7 * 86400)
     max_turns: int | None = Field(default=None, ge=1, le=100_000)
-    max_usd: float | None = Field(default=None, ge=0)
+    # the session's spend limit: the CLI's own cap flag and the wire relay's refusal point (an agent-CLI
+    # arm must give one: init refuses it without)
+    max_usd: float | None = Field(default=None, gt=0)
 
 
 class Arm(Strict):
@@ -63,6 +66,22 @@ class EvalPlan(Strict):
     seed: int = Field(ge=0, lt=2**63)
     isolation: Literal["bwrap", "none"] = "bwrap"
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    # key family -> where its secret comes from (a file path or a variable name, never the value), as in
+    # a generation plan (sweep/credentials.py); a session gets only its arm's family
+    secrets: dict[str, SecretSource] = Field(default_factory=dict)
+
+    @field_validator("secrets")
+    @classmethod
+    def _check_secrets(cls, v: dict[str, SecretSource]) -> dict[str, SecretSource]:
+        from roles.spec import KEY_FAMILY_ENV
+        for family, source in v.items():
+            if family not in SESSION_FAMILIES:
+                raise ValueError(f"secrets has an entry for {family!r}, which is not a key family a solver session "
+                                 f"uses (families: {', '.join(SESSION_FAMILIES)})")
+            allowed = [n for n in KEY_FAMILY_ENV.get(family, ()) if not n.endswith("_BASE_URL")]
+            if source.variable is not None and source.variable not in allowed:
+                raise ValueError(f"secrets.{family}.variable must be one of {allowed} (got {source.variable!r})")
+        return v
 
     @field_validator("name")
     @classmethod

@@ -17,7 +17,8 @@ from typing import Any
 
 from runstate.atomic import write_atomic
 from runstate.errors import StateError
-from sweep.eval.cells import TRIAL_TIMEOUT_S, CellResult, Frozen, dump_json, arm_options, load_eval, read_result
+from sweep.eval.cells import (TRIAL_TIMEOUT_S, CellResult, Frozen, arm_family, arm_options, arm_spec, dump_json,
+                              load_eval, read_result)
 from sweep.eval.harbor_job import write_job
 from sweep.eval.manifest import Cell
 from sweep.eval.plan import Arm
@@ -49,7 +50,9 @@ def _take_lock(out: Path) -> Path:
 
 def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int]:
     """(cells run now, cells already done). Stops after `limit` cells when given."""
+    from sweep.credentials import register_known_secrets
     frozen, manifest = load_eval(out)
+    register_known_secrets(frozen.plan)      # every text a session stores is scrubbed of them
     lock = _take_lock(out)
     ran = done = 0
     try:
@@ -89,6 +92,7 @@ class _Ctx:
     limits: Any
     manifest_sha256: str
     base_prompt: str
+    secrets: dict
 
 
 def _session(ctx: _Ctx, n: int, kind: str, prompt: str) -> tuple[Any, float]:
@@ -98,7 +102,7 @@ def _session(ctx: _Ctx, n: int, kind: str, prompt: str) -> tuple[Any, float]:
                          runtime_options=arm_options(ctx.arm), workspace=ctx.cdir / "work" / "ws",
                          session_dir=ctx.cdir / "sessions" / f"{n:04d}-{kind}", prompt=prompt, inputs={},
                          limits=ctx.limits.for_role(ctx.spec.limits.overrides()).to_limits(),
-                         cost_limit_usd=ctx.arm.budget.max_usd)
+                         cost_limit_usd=ctx.arm.budget.max_usd, secrets=dict(ctx.secrets))
     started = time.time()
     return run_session(req, ctx.provider), started
 
@@ -150,11 +154,22 @@ def _total(values: list) -> Any:
     return None if any(v is None for v in values) else sum(values)
 
 
+def _provenance(sessions: list[Any]) -> dict[str, Any]:
+    """What the runtimes reported of the sessions: the CLI's version, the model it says it ran, and
+    the cost the wire relay metered (summed; None unless every session was metered)."""
+    reports = [s.report or {} for s in sessions]
+    metered = [r.get("metered_cost_usd") for r in reports]
+    return {"cli_version": next((r["cli_version"] for r in reports if r.get("cli_version")), None),
+            "model_reported": next((r["model"] for r in reports if r.get("model")), None),
+            "metered_cost_usd": _total(metered) if all(isinstance(m, (int, float)) for m in metered) else None}
+
+
 def run_cell(out: Path, frozen: Frozen, cell: Cell) -> CellResult:
     from roles import load_manifest
     from sweep.harbor import layout
     from sweep.harbor.digest import harbor_digest
     from sweep.providers import get_provider
+    from sweep.credentials import session_secrets
     from sweep.tree import copy_tree
     started = time.monotonic()
     arm = next(a for a in frozen.plan.arms if a.name == cell.arm)
@@ -166,18 +181,18 @@ def run_cell(out: Path, frozen: Frozen, cell: Cell) -> CellResult:
     shutil.rmtree(cdir / "work", ignore_errors=True)          # what a killed runner left
     shutil.rmtree(cdir / "sessions", ignore_errors=True)
     copy_tree(task / layout.ENV_REPO, cdir / "work" / "ws" / "repo")
-    spec = load_manifest(out / "roles" / "solver.toml")
-    spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={
-        "walltime_s": arm.budget.wall_s, "max_turns": arm.budget.max_turns, "cost_cap_usd": arm.budget.max_usd})})
+    spec = arm_spec(load_manifest(out / "roles" / "solver.toml"), arm)
+    family = arm_family(spec, arm)
     instruction = (task / layout.INSTRUCTION).read_text(errors="replace")
     ctx = _Ctx(cdir, task, arm, spec, get_provider("local", isolation=frozen.plan.isolation), frozen.plan.limits,
-               frozen.solver_manifest_sha256, instruction + (f"\n\n{arm.instructions}" if arm.instructions else ""))
+               frozen.solver_manifest_sha256, instruction + (f"\n\n{arm.instructions}" if arm.instructions else ""),
+               session_secrets(frozen.plan, family) if family is not None else {})
     first, session_started = _session(ctx, 1, "solver", ctx.base_prompt)
     session, cycles, sessions = _with_feedback(ctx, first)
     kw = dict(session_status=session.status, failure_class=session.failure_class,
               cost_usd=_total([s.cost_usd for s in sessions]), turns=_total([s.turns for s in sessions]),
               session_s=sum(s.duration_s for s in sessions), session_started_at=session_started,
-              sessions=len(sessions), feedback=cycles)
+              sessions=len(sessions), feedback=cycles, **_provenance(sessions))
     if not session.ok:
         # the session ended without finishing (its bound, a crash): the task was not solved
         return _ended(frozen, cell, started, 0.0, f"solver session {session.status}: {session.reason or ''} "

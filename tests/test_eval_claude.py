@@ -1,0 +1,159 @@
+"""An evaluation arm played by the REAL claude CLI against the fake Anthropic server: its key comes
+from the plan's [secrets] (a 0600 file named by path), its spend is bounded by the arm's
+budget.max_usd (handed to the CLI and to the wire relay, which meters every response), and each
+cell records the cost the relay metered. The dataset is one task of the hand-made Harbor dataset of
+tests/test_eval_harbor.py (add-numbers: calc.add subtracts)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.agent_sessions import FAKE_KEY, needs_claude
+from tests.campaigns import sweep
+from tests.fakes.anthropic_api import FakeAnthropic, Script, text, tool_calls
+from tests.fakes.sse_server import key_digest
+from tests.test_eval_harbor import make_dataset
+
+FIXED = "def add(a, b):\n    return a + b\n"
+
+
+def fixing_solver() -> Script:
+    """Reads repo/calc.py (claude's Write refuses a file the session has not read), writes the fix."""
+    def step(request: dict, n: int) -> dict:
+        path = f"{request['cwd']}/repo/calc.py"
+        if n == 0:
+            return tool_calls([("Read", {"file_path": path})])
+        if n == 1:
+            return tool_calls([("Write", {"file_path": path, "content": FIXED})])
+        return text("Fixed.")
+    return Script(dynamic=step)
+
+
+def one_task_dataset(root: Path) -> Path:
+    make_dataset(root / "all")
+    shutil.copytree(root / "all" / "add-numbers", root / "ds" / "add-numbers")
+    return root / "ds"
+
+
+def write_plan(root: Path, fake: FakeAnthropic, *, repeats: int, max_usd: float | None,
+               secrets: bool = True, name: str = "claude-eval") -> Path:
+    budget = f"budget = {{ wall_s = 300, max_usd = {max_usd} }}" if max_usd is not None else ""
+    plan = root / f"{name}.toml"
+    plan.write_text(f"""
+name = "{name}"
+dataset = "ds"
+repeats = {repeats}
+seed = 3
+""" + ("""
+[secrets]
+anthropic = { file = "keys/anthropic.key" }
+""" if secrets else "") + f"""
+[[arms]]
+name = "claude"
+runtime = "claude-code"
+model = "claude-sonnet-4-5"
+runtime_options = {{ base_url = "{fake.url('solver')}", max_retries = 0, stall_s = 60 }}
+{budget}
+""")
+    return plan
+
+
+@pytest.fixture
+def root(tmp_path):
+    one_task_dataset(tmp_path)
+    key = tmp_path / "keys" / "anthropic.key"
+    key.parent.mkdir()
+    key.write_text(FAKE_KEY + "\n")
+    key.chmod(0o600)
+    return tmp_path
+
+
+@pytest.fixture
+def fake():
+    server = FakeAnthropic()
+    yield server
+    server.close()
+
+
+def _no_key_in(camp: Path) -> None:
+    for path in camp.rglob("*"):
+        if path.is_file():
+            assert FAKE_KEY.encode() not in path.read_bytes(), path
+
+
+@needs_claude
+def test_a_claude_arm_solves_every_cell_and_records_the_metered_cost(root, fake, monkeypatch):
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)     # the key comes from the plan's file, nowhere else
+    fake.script("solver", fixing_solver())
+    camp = root / "camp"
+    out = sweep("eval", "init", str(write_plan(root, fake, repeats=2, max_usd=2.0)), "--campaign", str(camp)).stdout
+    assert "2 cells (1 tasks x 1 arms x 2 repeats)" in out
+    assert "ran 2 cells" in sweep("eval", "run", "--campaign", str(camp), timeout=600).stdout
+    frozen = json.loads((camp / "eval.json").read_text())
+    # the secret is frozen as its resolved path, never its value
+    assert frozen["plan"]["secrets"] == {"anthropic": {"file": str(root / "keys" / "anthropic.key"),
+                                                       "env": None, "variable": None}}
+    cells = json.loads((camp / "manifest.json").read_text())["cells"]
+    for cell in cells:
+        result = json.loads((camp / "cells" / cell["cell_id"] / "result.json").read_text())
+        assert (result["reward"], result["solved"], result["session_status"]) == (1.0, True, "ok"), result
+        assert result["runtime"] == "claude-code" and result["cli_version"] == "2.1.197"
+        assert result["model"] == result["model_reported"] == "claude-sonnet-4-5"
+        session = json.loads((camp / "cells" / cell["cell_id"] / "sessions" / "0001-solver" / "result.json")
+                             .read_text())
+        wire = session["wire"]
+        assert wire["complete"] and wire["metered_cost_usd"] > 0
+        # the cell's cost is what the relay metered on the wire, and the limit it was given is the arm's
+        assert result["cost_usd"] == result["metered_cost_usd"] == pytest.approx(wire["metered_cost_usd"])
+        assert wire["limit_usd"] == 2.0
+        assert json.loads((camp / "cells" / cell["cell_id"] / "sessions" / "0001-solver" / "argv.json")
+                          .read_text())["argv"].count("--max-budget-usd") == 1
+    # the fake model saw the plan's key (through the relay) on every main request
+    main = fake.main_requests("solver")
+    assert len(main) >= 6 and {r["api_key_sha256"] for r in main} == {key_digest(FAKE_KEY)}
+    report = json.loads(sweep("eval", "report", "--campaign", str(camp), "--json").stdout)
+    arm = report["arms"][0]
+    assert (arm["arm"], arm["cells"], arm["solved"]) == ("claude", 2, 2)
+    assert arm["cost_per_solved_usd"] == pytest.approx(sum(
+        json.loads((camp / "cells" / c["cell_id"] / "result.json").read_text())["cost_usd"] for c in cells) / 2)
+    _no_key_in(camp)
+
+
+@needs_claude
+def test_the_arms_max_usd_stops_the_session(root, fake, monkeypatch):
+    """Each main response bills 2000 input + 300 output tokens (0.0105 USD at the default price):
+    with max_usd = 0.005 the CLI's own cap (--max-budget-usd, checked after a turn) stops it after the
+    first (the relay, given the same limit, would refuse the next request), the session ends
+    max_budget, the cell scores 0 and records the one response the relay metered."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    fake.script("solver", fixing_solver())
+    camp = root / "tight"
+    sweep("eval", "init", str(write_plan(root, fake, repeats=1, max_usd=0.005, name="tight")), "--campaign", str(camp))
+    sweep("eval", "run", "--campaign", str(camp), timeout=600)
+    result = json.loads((camp / "cells" / "c00000" / "result.json").read_text())
+    assert (result["reward"], result["session_status"]) == (0.0, "failed"), result
+    assert "max_budget" in result["detail"]
+    session = json.loads((camp / "cells" / "c00000" / "sessions" / "0001-solver" / "result.json").read_text())
+    assert session["wire"]["limit_usd"] == 0.005
+    assert result["cost_usd"] == pytest.approx(session["wire"]["metered_cost_usd"]) == pytest.approx(0.0105)
+    _no_key_in(camp)
+
+
+def test_init_refuses_a_claude_arm_without_its_secret_or_its_cost_cap(root, fake):
+    r = sweep("eval", "init", str(write_plan(root, fake, repeats=1, max_usd=1.0, secrets=False)),
+              "--campaign", str(root / "a"), check=False)
+    assert r.returncode == 2
+    assert "arm claude" in r.stderr and "claude-code" in r.stderr and "anthropic" in r.stderr, r.stderr
+    assert "secrets" in r.stderr
+    r = sweep("eval", "init", str(write_plan(root, fake, repeats=1, max_usd=None)), "--campaign", str(root / "b"),
+              check=False)
+    assert r.returncode == 2 and "arms.0.budget.max_usd" in r.stderr and "arm claude" in r.stderr, r.stderr
+    (root / "keys" / "anthropic.key").chmod(0o644)
+    r = sweep("eval", "init", str(write_plan(root, fake, repeats=1, max_usd=1.0)), "--campaign", str(root / "c"),
+              check=False)
+    assert r.returncode == 2 and "secrets.anthropic.file" in r.stderr and "chmod 600" in r.stderr, r.stderr
+    assert not any((root / d).exists() for d in ("a", "b", "c"))

@@ -1,5 +1,6 @@
-"""An evaluation arm played by the REAL claude CLI against the fake Anthropic server: its key comes
-from the plan's [secrets] (a 0600 file named by path), its spend is bounded by the arm's
+"""Evaluation arms played by the REAL agent CLIs against fake model servers (claude: the fake
+Anthropic server; codex: the fake Responses API): an arm's key comes from the plan's [secrets] (a
+0600 file named by path, or a variable of the runner's environment), its spend is bounded by its
 budget.max_usd (handed to the CLI and to the wire relay, which meters every response), and each
 cell records the cost the relay metered. The dataset is one task of the hand-made Harbor dataset of
 tests/test_eval_harbor.py (add-numbers: calc.add subtracts)."""
@@ -157,3 +158,57 @@ def test_init_refuses_a_claude_arm_without_its_secret_or_its_cost_cap(root, fake
               check=False)
     assert r.returncode == 2 and "secrets.anthropic.file" in r.stderr and "chmod 600" in r.stderr, r.stderr
     assert not any((root / d).exists() for d in ("a", "b", "c"))
+
+
+OPENAI_KEY = "sk-openai-fake-0123456789"
+needs_codex = pytest.mark.skipif(shutil.which("codex") is None, reason="the codex CLI is not installed")
+
+
+@needs_codex
+def test_a_codex_arm_gets_the_openai_secret_from_the_environment_and_solves(root, fake):
+    """The same, played by the REAL codex CLI against the fake Responses API: the openai family's
+    secret named by a variable of the runner's environment, the cost metered at the plan's prices."""
+    import base64
+
+    from tests.fakes.openai_api import FakeOpenAI
+    from tests.fakes.openai_api import Script as OpenAIScript
+    from tests.fakes.openai_api import call, say
+    openai = FakeOpenAI()
+    try:
+        fix = base64.b64encode(FIXED.encode()).decode()
+        openai.script("solver", OpenAIScript(steps=[call("exec_command", {"cmd": f"printf %s {fix} | base64 -d > "
+                                                                                "repo/calc.py"}), say("Fixed.")]))
+        (root / "codex.toml").write_text(f"""
+name = "codex-eval"
+dataset = "ds"
+repeats = 2
+seed = 5
+
+[secrets]
+openai = {{ env = "EVAL_OPENAI_KEY" }}
+
+[[arms]]
+name = "codex"
+runtime = "codex"
+model = "gpt-5"
+runtime_options = {{ base_url = "{openai.url('solver')}", max_retries = 0, stall_s = 60, prices = {{ input_per_mtok = 1.25, output_per_mtok = 10.0 }} }}
+budget = {{ wall_s = 300, max_usd = 1.0 }}
+""")
+        camp = root / "codex-camp"
+        env = {"EVAL_OPENAI_KEY": OPENAI_KEY}
+        sweep("eval", "init", str(root / "codex.toml"), "--campaign", str(camp), env=env)
+        assert "ran 2 cells" in sweep("eval", "run", "--campaign", str(camp), env=env, timeout=600).stdout
+        for cell in json.loads((camp / "manifest.json").read_text())["cells"]:
+            cdir = camp / "cells" / cell["cell_id"]
+            result = json.loads((cdir / "result.json").read_text())
+            assert (result["reward"], result["runtime"], result["session_status"]) == (1.0, "codex", "ok"), result
+            wire = json.loads((cdir / "sessions" / "0001-solver" / "result.json").read_text())["wire"]
+            assert wire["complete"] and wire["limit_usd"] == 1.0
+            # 2000 input + 300 output tokens per response at 1.25 / 10 USD per Mtok: 0.0055 each
+            assert result["cost_usd"] == pytest.approx(wire["metered_cost_usd"]) and result["cost_usd"] > 0
+        assert {r["auth_sha256"] for r in openai.requests if r["route"] == "solver"} == {key_digest(f"Bearer {OPENAI_KEY}")}
+        for path in camp.rglob("*"):
+            if path.is_file():
+                assert OPENAI_KEY.encode() not in path.read_bytes(), path
+    finally:
+        openai.close()

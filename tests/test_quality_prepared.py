@@ -243,3 +243,24 @@ def test_a_reviewers_probes_re_run_on_the_repaired_bundle(tmp_path):
     review = json.loads(sorted((run_dir(d, "carried") / "evidence").glob("review-r*.json"))[-1].read_text())
     assert "probes" not in json.dumps(review["verdict"])    # the second review proposed nothing itself
     assert "reviewer-01" in state(d, "carried")["cause_detail"]
+
+
+def test_a_probe_too_long_to_re_run_is_asked_for_again(tmp_path):
+    """A reviewer's probe whose diff the evidence cut (over 4000 characters) cannot run on the
+    repaired bundle: the probe evidence names it, the next review is asked to propose it again."""
+    src = make_pr_repo(tmp_path / "repos", "verified")
+    options = {"author": agent_options("author", "--repo", src["repo"], "--touch-on-repair"),
+               "reviewer": agent_options("reviewer", "--propose-probe=wrong_solution:return 10", "--pad-probes=5000",
+                                         "--propose-new-only")}
+    cand = candidate("cut", src, runtimes={"author": "command", "reviewer": "command", "solver": "oracle"},
+                     runtime_options=options, quality={"max_repairs": 1, "run_rollout": False})
+    d, st = run_campaign(tmp_path, "camp", [cand])
+    assert ended(st)["cut"][:2] == ("generated_unverified", "weak_tests")
+    second = read_evidence(run_dir(d, "cut") / "evidence" / "probes-r0002.json", ProbesEvidence)
+    assert second is not None and second.not_rerun == ["reviewer-01"]
+    # not carried: the one reviewer probe of the repaired bundle is the second review's own proposal
+    assert [(p.name, p.outcome, bool(p.model_extra.get("carried_from"))) for p in second.probes
+            if p.origin == "reviewer"] == [("reviewer-01", "survived", False)]
+    prompt = sorted((run_dir(d, "cut") / "sessions").glob("*-reviewer/prompt.md"))[-1].read_text()
+    assert "could not run on this bundle: reviewer-01. Propose again" in prompt
+    assert any("not re-run" in (e.get("detail") or "") for e in events(d, "cut"))

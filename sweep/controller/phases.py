@@ -828,7 +828,8 @@ def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
     except TaskImageProblem as exc:
         raise AttemptFailed(f"the task's image: {exc}") from None
     from sweep.quality.probes import missing_focus, prepared_probes
-    extra = prepared_probes(ctx.candidate.candidate.prepared_probes) + _carried_probes(ctx, revision)
+    carried, not_rerun = _carried_probes(ctx, revision)
+    extra = prepared_probes(ctx.candidate.candidate.prepared_probes) + carried
     records = _run_probes(ctx, bundle, candidates + extra, provider, f"probes-r{revision:04d}")
     ran = [r for r in records if r["outcome"] != "not_applicable"]
     mutants = [r for r in ran if r["origin"] == "mutant"]
@@ -840,7 +841,8 @@ def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
     evidence = ProbesEvidence(bundle_sha256=sha, revision=revision, repeats=quality.gate_repeats,
                               mode=quality.mutants, mutation=mutation, probes=kept,
                               passed=all(r["outcome"] in ("killed", "accepted") for r in ran),
-                              required_focus=required, missing_focus=missing_focus(required, kept), at=time.time())
+                              required_focus=required, missing_focus=missing_focus(required, kept),
+                              not_rerun=not_rerun, at=time.time())
     write_json(ctx.evidence_path("probes", revision), evidence.for_disk())
     survivors = evidence.survivors()
     summary = ProbesCheckpoint(passed=evidence.passed, bundle_sha256=sha, revision=revision,
@@ -863,14 +865,15 @@ def probes(ctx: Ctx) -> tuple[str, Checkpoint]:
     return _after(ctx, Phase.probes), summary
 
 
-def _carried_probes(ctx: Ctx, revision: int) -> list:
+def _carried_probes(ctx: Ctx, revision: int) -> tuple[list, list[str]]:
     """After a repair, the reviewer's probes of the bundle it replaced, re-run on this one (they
-    stay in its probe evidence with `carried_from` and `bound_to`, so a repair cannot drop one);
+    stay in its probe evidence with `carried_from` and `bound_to`, so a repair cannot drop one),
+    and the names of those whose recorded diff was cut (the next review is asked for them again);
     after `sweep retry` none (the operator asked for a fresh look)."""
     from sweep.quality.probes import carried_probes
     cps = _checkpoints(ctx)
     if cps.repair is None:
-        return []
+        return [], []
     for earlier in range(revision - 1, cps.retry_after_revision, -1):
         previous = _probes_evidence(ctx, earlier)
         if previous is not None:
@@ -878,8 +881,8 @@ def _carried_probes(ctx: Ctx, revision: int) -> list:
             if lost:
                 ctx.event("probes", phase=Phase.probes.value,
                           detail=f"not re-run (diff cut in the evidence; to be proposed again): {', '.join(lost)}"[:400])
-            return carried
-    return []
+            return carried, lost
+    return [], []
 
 
 def _end_if_planned_probes_fail(ctx: Ctx, ev: ProbesEvidence, summary: ProbesCheckpoint, *, mechanical: bool) -> None:
@@ -1080,6 +1083,9 @@ def _planned_probes_prompt(ev: ProbesEvidence) -> list[str]:
         text += ["", "Probes proposed for an earlier revision, re-run on this bundle (they still bind):"]
         text += [f"- {p.name} ({p.kind}, focus {p.focus!r}, from revision {(p.model_extra or {})['carried_from']}): "
                  f"{p.outcome}, rewards {p.rewards}" for p in carried]
+    if ev.not_rerun:
+        text += ["", "Probes proposed for an earlier revision whose diff was too long to keep, so they could not "
+                 "run on this bundle: " + ", ".join(ev.not_rerun) + ". Propose again those that still matter."]
     if ev.required_focus:
         text += ["", "The plan requires a wrong-solution probe that ran for each focus: "
                  + ", ".join(repr(f) for f in ev.required_focus) + "."]

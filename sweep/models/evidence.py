@@ -163,6 +163,9 @@ class ProbesEvidence(Document):
     # probe that ran on this bundle (the run cannot be verified while one is missing)
     required_focus: list[str] = Field(default_factory=list)
     missing_focus: list[str] = Field(default_factory=list)
+    # the reviewer's probes of the bundle a repair replaced that could not run again (their diff
+    # was cut in the evidence): the next review is asked to propose them again
+    not_rerun: list[str] = Field(default_factory=list)
     at: float = 0.0
 
     def survivors(self) -> list[ProbeRecord]:

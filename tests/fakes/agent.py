@@ -27,6 +27,7 @@ It behaves like an agent session just enough to drive the controller through rea
 - solver: changes nothing (its rollout scores 0, which is evidence, not a failure);
 - `--touch-on-repair` (author): on a repair prompt, appends a line to the bundle's instruction.md
   (a new bundle sha256, the same tests);
+- `--pad-probes=N` (reviewer): its proposed probes add a comment line of N characters (a long diff);
 - `--broken-probes` (reviewer): its proposed probes' patches do not apply to the base;
 - `--propose-new-only` (reviewer): proposes no probe when its prompt lists probes carried from an
   earlier revision;
@@ -115,11 +116,15 @@ def reviewer(args, workspace: Path) -> int:
         names = re.findall(r"^### (mutant-\d+): ", Path(args.prompt).read_text(), re.M)
         verdict["mutants"] = [{"name": n, "judgement": args.judge_mutants,
                                "reason": f"the fake reviewer judges {n} {args.judge_mutants}"} for n in names]
-    earlier = "Probes proposed for an earlier revision" in Path(args.prompt).read_text()
+    earlier = "re-run on this bundle (they still bind)" in Path(args.prompt).read_text()
     if args.propose_probe and not (args.propose_new_only and earlier):
         verdict["probes"] = [{"kind": spec.split(":", 1)[0], "focus": "above the range",
                               "rationale": f"the fake reviewer's probe {spec}", "patch": _clamp_patch(spec.split(":", 1)[1])}
                              for spec in args.propose_probe]
+        if args.pad_probes:         # a long comment line after the new one: a diff longer than the evidence keeps
+            for probe in verdict["probes"]:
+                probe["patch"] = probe["patch"].replace("@@ -10,3 +10,3 @@", "@@ -10,3 +10,4 @@").replace(
+                    "\n     return value\n", "\n+        # " + "x" * int(args.pad_probes) + "\n     return value\n")
         if args.broken_probes:      # context lines the base does not have: git apply refuses them
             for probe in verdict["probes"]:
                 probe["patch"] = probe["patch"].replace("-        return low", "-        return lo")
@@ -172,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--touch-on-repair", action="store_true")
     parser.add_argument("--propose-new-only", action="store_true")
     parser.add_argument("--broken-probes", action="store_true")
+    parser.add_argument("--pad-probes", default=None)
     args = parser.parse_args(argv)
     if args.cost is not None:
         print(json.dumps({"sweep_usage": {"cost_usd": float(args.cost)}}), flush=True)

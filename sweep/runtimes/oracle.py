@@ -23,6 +23,7 @@ from sweep.runtimes.facts import RuntimeFacts
 ORACLE_ROLES = frozenset(PIPELINE_ROLES)
 # The directory holding the `sweep`, `roles` and `runstate` packages, for the child's PYTHONPATH.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = tuple(PROJECT_ROOT / name for name in ("sweep", "runstate", "roles"))
 
 
 class OracleRuntime:
@@ -47,7 +48,9 @@ class OracleRuntime:
         workspace = Path(req.workspace).resolve()
         argv = [sys.executable, "-P", "-s", "-m", "sweep.runtimes.oracle_agent", req.role.name,
                 "--inputs", str(files.inputs), "--workspace", str(workspace), "--output", output_path]
-        read_paths = [files.inputs, PROJECT_ROOT, Path(sys.prefix), Path(sys.base_prefix)]
+        # sweep's packages one by one, never the checkout they live in: a campaign or a key file
+        # next to the code (./sweep-demo, a checkout's .cache) stays out of the sandbox
+        read_paths = [files.inputs, *PACKAGES, Path(sys.prefix), Path(sys.base_prefix)]
         inputs = req.inputs or {}
         source = inputs.get("source")
         if isinstance(source, dict) and isinstance(source.get("repo"), str) and source["repo"].startswith("/"):

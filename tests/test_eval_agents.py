@@ -212,3 +212,72 @@ budget = {{ wall_s = 300, max_usd = 1.0 }}
                 assert OPENAI_KEY.encode() not in path.read_bytes(), path
     finally:
         openai.close()
+
+
+def told_solver() -> Script:
+    """Answers without touching the repository, until its prompt holds the verifier's feedback:
+    then it reads and fixes calc.py."""
+    def step(request: dict, n: int) -> dict:
+        told = "## Verifier feedback (cycle 1)" in json.dumps(request["messages"])
+        if not told:
+            return text("Done.")
+        path = f"{request['cwd']}/repo/calc.py"
+        if n == 0:
+            return tool_calls([("Read", {"file_path": path})])
+        if n == 1:
+            return tool_calls([("Write", {"file_path": path, "content": FIXED})])
+        return text("Fixed.")
+    return Script(dynamic=step)
+
+
+@needs_claude
+def test_max_usd_is_the_cells_envelope_over_its_feedback_sessions(root, fake, monkeypatch):
+    """gate_feedback = 1: the first session changes nothing (one response, 0.0105 USD), the verifier's
+    failures go to a second session, which may spend only what the envelope has left."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    fake.script("solver", told_solver())
+    results = {}
+    for name, max_usd in (("roomy", 1.0), ("tight2", 0.015)):
+        plan = write_plan(root, fake, repeats=1, max_usd=max_usd, name=name)
+        plan.write_text(plan.read_text().replace('runtime = "claude-code"', 'runtime = "claude-code"\ngate_feedback = 1'))
+        camp = root / name
+        sweep("eval", "init", str(plan), "--campaign", str(camp))
+        sweep("eval", "run", "--campaign", str(camp), timeout=600)
+        cdir = camp / "cells" / "c00000"
+        wires = [json.loads((cdir / "sessions" / s / "result.json").read_text())["wire"]
+                 for s in ("0001-solver", "0002-feedback")]
+        results[name] = (json.loads((cdir / "result.json").read_text()), wires)
+        _no_key_in(camp)
+    roomy, (first, second) = results["roomy"]
+    assert (roomy["reward"], roomy["sessions"], roomy["feedback"][0]["fed_back"]) == (1.0, 2, True), roomy
+    assert first["metered_cost_usd"] == pytest.approx(0.0105)
+    assert (first["limit_usd"], second["limit_usd"]) == (1.0, pytest.approx(1.0 - 0.0105))
+    assert roomy["cost_usd"] == pytest.approx(first["metered_cost_usd"] + second["metered_cost_usd"])
+    tight, (first, second) = results["tight2"]
+    # 0.0045 USD left: the feedback session stops at its first response, and the cell scores 0
+    assert second["limit_usd"] == pytest.approx(0.015 - 0.0105)
+    assert (tight["reward"], tight["sessions"], tight["session_status"]) == (0.0, 2, "failed"), tight
+    assert tight["cost_usd"] == pytest.approx(0.021)
+
+
+def test_a_session_of_unknown_cost_spends_the_whole_envelope(root):
+    """The command runtime reports no cost: with a max_usd, its spend counts as the whole envelope,
+    so no feedback session is started after it (the cycle says why)."""
+    (root / "unknown.toml").write_text("""
+name = "unknown"
+dataset = "ds"
+seed = 1
+
+[[arms]]
+name = "stubborn"
+runtime = "command"
+runtime_options = { argv = ["true", "{cost_cap_usd}"], network = "none" }
+gate_feedback = 2
+budget = { max_usd = 0.5 }
+""")
+    camp = root / "unknown-camp"
+    sweep("eval", "init", str(root / "unknown.toml"), "--campaign", str(camp))
+    sweep("eval", "run", "--campaign", str(camp), timeout=300)
+    r = json.loads((camp / "cells" / "c00000" / "result.json").read_text())
+    assert (r["reward"], r["sessions"], r["cost_usd"]) == (0.0, 1, None)
+    assert [(f["cycle"], f["fed_back"], f.get("stopped")) for f in r["feedback"]] == [(1, False, "budget_spent")]

@@ -95,14 +95,15 @@ class _Ctx:
     secrets: dict
 
 
-def _session(ctx: _Ctx, n: int, kind: str, prompt: str) -> tuple[Any, float]:
-    """One solver session in the cell's workspace, as sessions/NNNN-<kind>; (its result, when it started)."""
+def _session(ctx: _Ctx, n: int, kind: str, prompt: str, cost_limit: float | None) -> tuple[Any, float]:
+    """One solver session in the cell's workspace, as sessions/NNNN-<kind>, which may spend `cost_limit`;
+    (its result, when it started)."""
     from sweep.runtimes import SessionRequest, run_session
     req = SessionRequest(role=ctx.spec, manifest_sha256=ctx.manifest_sha256, runtime=ctx.arm.runtime,
                          runtime_options=arm_options(ctx.arm), workspace=ctx.cdir / "work" / "ws",
                          session_dir=ctx.cdir / "sessions" / f"{n:04d}-{kind}", prompt=prompt, inputs={},
                          limits=ctx.limits.for_role(ctx.spec.limits.overrides()).to_limits(),
-                         cost_limit_usd=ctx.arm.budget.max_usd, secrets=dict(ctx.secrets))
+                         cost_limit_usd=cost_limit, secrets=dict(ctx.secrets))
     started = time.time()
     return run_session(req, ctx.provider), started
 
@@ -142,11 +143,25 @@ def _with_feedback(ctx: _Ctx, session: Any) -> tuple[Any, list[dict], list[Any]]
         cycles.append(record)
         if check.reward == 1.0:
             break               # nothing to feed back: the final run decides
-        session, started = _session(ctx, cycle + 1, "feedback", feedback_prompt(ctx.base_prompt, cycle, check))
+        left = _envelope_left(ctx.arm.budget.max_usd, [s.cost_usd for s in sessions])
+        if left is not None and left <= 0:
+            record.update(fed_back=False, stopped="budget_spent")
+            break
+        session, started = _session(ctx, cycle + 1, "feedback", feedback_prompt(ctx.base_prompt, cycle, check), left)
         sessions.append(session)
         record.update(session_status=session.status, session_s=session.duration_s, session_started_at=started,
                       cost_usd=session.cost_usd, turns=session.turns)
     return session, cycles, sessions
+
+
+def _envelope_left(max_usd: float | None, spent: list[float | None]) -> float | None:
+    """What the cell's budget envelope (the arm's max_usd, over all its sessions) has left; a session
+    whose cost is unknown counts as having spent the whole envelope. None: no envelope."""
+    if max_usd is None:
+        return None
+    if any(c is None for c in spent):
+        return 0.0
+    return max_usd - sum(c for c in spent if c is not None)
 
 
 def _total(values: list) -> Any:
@@ -187,7 +202,7 @@ def run_cell(out: Path, frozen: Frozen, cell: Cell) -> CellResult:
     ctx = _Ctx(cdir, task, arm, spec, get_provider("local", isolation=frozen.plan.isolation), frozen.plan.limits,
                frozen.solver_manifest_sha256, instruction + (f"\n\n{arm.instructions}" if arm.instructions else ""),
                session_secrets(frozen.plan, family) if family is not None else {})
-    first, session_started = _session(ctx, 1, "solver", ctx.base_prompt)
+    first, session_started = _session(ctx, 1, "solver", ctx.base_prompt, arm.budget.max_usd)
     session, cycles, sessions = _with_feedback(ctx, first)
     kw = dict(session_status=session.status, failure_class=session.failure_class,
               cost_usd=_total([s.cost_usd for s in sessions]), turns=_total([s.turns for s in sessions]),

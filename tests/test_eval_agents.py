@@ -281,3 +281,30 @@ budget = { max_usd = 0.5 }
     r = json.loads((camp / "cells" / "c00000" / "result.json").read_text())
     assert (r["reward"], r["sessions"], r["cost_usd"]) == (0.0, 1, None)
     assert [(f["cycle"], f["fed_back"], f.get("stopped")) for f in r["feedback"]] == [(1, False, "budget_spent")]
+
+
+@needs_claude
+def test_max_spend_usd_stops_the_runner_before_a_cell_it_cannot_cover(root, fake, monkeypatch):
+    """Each cell (three responses, 0.0315 USD metered) reserves its arm's 0.05 envelope first and
+    settles at its metered cost: 0.05, then 0.0315 + 0.05, fit in 0.1; the third (0.063 + 0.05) does
+    not, so the runner stops before it and says so; the ledger and the report say what was spent."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    fake.script("solver", fixing_solver())
+    plan = write_plan(root, fake, repeats=3, max_usd=0.05, name="capped")
+    plan.write_text(plan.read_text().replace("seed = 3\n", "seed = 3\nmax_spend_usd = 0.1\n"))
+    camp = root / "capped"
+    sweep("eval", "init", str(plan), "--campaign", str(camp))
+    r = sweep("eval", "run", "--campaign", str(camp), timeout=600, check=False)
+    assert r.returncode == 1 and "ran 2 cells" in r.stdout, (r.stdout, r.stderr)
+    assert "stopped: max_spend_usd 0.1 reached" in r.stderr and "would reserve 0.05" in r.stderr
+    cells = json.loads((camp / "manifest.json").read_text())["cells"]
+    costs = [json.loads((camp / "cells" / c["cell_id"] / "result.json").read_text())["cost_usd"] for c in cells[:2]]
+    assert costs == [pytest.approx(0.0315)] * 2 and not (camp / "cells" / cells[2]["cell_id"] / "result.json").exists()
+    ledger = [json.loads(line) for line in (camp / "spend.jsonl").read_text().splitlines()]
+    assert [(e["op"], e["usd"]) for e in ledger] == [("reserve", 0.05), ("settle", costs[0]),
+                                                     ("reserve", 0.05), ("settle", costs[1])]
+    report = json.loads(sweep("eval", "report", "--campaign", str(camp), "--json").stdout)
+    assert report["spend"] == {"spent_usd": pytest.approx(sum(costs)), "max_spend_usd": 0.1}
+    # the same runner again stops at the same cell, running nothing
+    r = sweep("eval", "run", "--campaign", str(camp), timeout=60, check=False)
+    assert r.returncode == 1 and "ran 0 cells (2 had ended before)" in r.stdout

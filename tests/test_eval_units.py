@@ -243,3 +243,27 @@ def test_init_is_complete_or_absent_and_clears_what_a_killed_init_left(tmp_path)
     assert sorted(p.name for p in (tmp_path / "camp").iterdir()) == ["cells", "eval.json", "manifest.json",
                                                                      "plan.toml", "roles"]
     assert init_eval(_write(tmp_path, PLAN), tmp_path / "camp")[2] is False
+
+
+def test_the_spend_ledger_counts_an_unsettled_reservation_whole(tmp_path):
+    from sweep.eval import spend
+    assert spend.spent(tmp_path) == 0.0
+    a = spend.reserve(tmp_path, "c00000", 0.5)
+    spend.settle(tmp_path, a, 0.125)
+    b = spend.reserve(tmp_path, "c00001", 0.5)          # a runner killed inside this cell
+    assert (a, b) == ("c00000-1", "c00001-1") and spend.spent(tmp_path) == pytest.approx(0.625)
+    c = spend.reserve(tmp_path, "c00001", 0.5)          # its next attempt reserves again
+    with open(tmp_path / spend.LEDGER, "ab") as fh:
+        fh.write(b'{"op": "settle", "id": "c000')       # a half-written line counts for nothing
+    assert c == "c00001-2" and spend.spent(tmp_path) == pytest.approx(1.125)
+
+
+def test_a_spend_cap_needs_every_paid_arm_to_have_an_envelope(tmp_path):
+    from sweep.eval.cells import init_eval
+    _task(tmp_path / "ds", "alpha", "a")
+    with pytest.raises(ConfigError, match="arm oracle: runtime command may spend money") as err:
+        init_eval(_write(tmp_path, PLAN.replace("seed = 7\n", "seed = 7\nmax_spend_usd = 5\n")), tmp_path / "camp")
+    assert err.value.field == "arms.0.budget.max_usd"
+    ok = PLAN.replace("seed = 7\n", "seed = 7\nmax_spend_usd = 5\n").replace(
+        'argv = ["true"] }', 'argv = ["true", "{cost_cap_usd}"] }\nbudget = { max_usd = 1 }', 1)
+    assert init_eval(_write(tmp_path, ok), tmp_path / "camp")[2]       # nop costs nothing: no envelope needed

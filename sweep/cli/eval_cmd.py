@@ -32,8 +32,11 @@ def run(campaign: str, max_cells: int | None) -> None:
     from pathlib import Path
 
     from sweep.eval.run import run_pending
-    ran, done = run_pending(Path(campaign), limit=max_cells)
+    ran, done, stopped = run_pending(Path(campaign), limit=max_cells)
     click.echo(f"ran {ran} cells ({done} had ended before)")
+    if stopped:
+        click.echo(f"stopped: {stopped}", err=True)
+        raise SystemExit(1)
 
 
 @eval_group.command("report")

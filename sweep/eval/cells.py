@@ -109,6 +109,9 @@ def _check_arm(plan: EvalPlan, i: int, arm: Arm, spec: Any) -> str | None:
         raise ConfigError(f"arm {arm.name}: runtime {arm.runtime} needs a key of the {family} family, and the plan "
                           f"has no [secrets].{family} entry (a file or an environment variable naming it)",
                           field="secrets")
+    if facts.paid and plan.max_spend_usd is not None and arm.budget.max_usd is None:
+        raise ConfigError(f"arm {arm.name}: runtime {arm.runtime} may spend money, and the plan's max_spend_usd "
+                          "can only bound an arm with a budget.max_usd", field=f"arms.{i}.budget.max_usd")
     if facts.paid and facts.cli is not None and arm.budget.max_usd is None:
         raise ConfigError(f"arm {arm.name}: runtime {arm.runtime} spends money on a model API, and the arm has no "
                           "budget.max_usd to bound each session", field=f"arms.{i}.budget.max_usd")

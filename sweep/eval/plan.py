@@ -69,6 +69,9 @@ class EvalPlan(Strict):
     # key family -> where its secret comes from (a file path or a variable name, never the value), as in
     # a generation plan (sweep/credentials.py); a session gets only its arm's family
     secrets: dict[str, SecretSource] = Field(default_factory=dict)
+    # the whole evaluation's spend cap: each cell of an arm reserves its max_usd envelope before it
+    # starts (DIR/spend.jsonl, sweep/eval/spend.py); a cell that does not fit is not started
+    max_spend_usd: float | None = Field(default=None, gt=0)
 
     @field_validator("secrets")
     @classmethod

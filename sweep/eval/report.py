@@ -12,8 +12,12 @@ from sweep.eval.cells import CellResult, load_eval, read_result
 def collect(out: Path) -> dict[str, Any]:
     frozen, manifest = load_eval(out)
     results = [r for r in (read_result(out, c.cell_id) for c in manifest.cells) if r is not None]
-    return summarize(results, manifest.arms, [c.task_id for c in manifest.cells], frozen.plan.repeats,
-                     manifest_sha256=frozen.manifest_sha256, cells=len(manifest.cells))
+    from sweep.eval import spend
+    summary = summarize(results, manifest.arms, [c.task_id for c in manifest.cells], frozen.plan.repeats,
+                        manifest_sha256=frozen.manifest_sha256, cells=len(manifest.cells))
+    if frozen.plan.max_spend_usd is not None:      # the ledger's total: settled cells, unsettled reservations whole
+        summary["spend"] = {"spent_usd": round(spend.spent(out), 9), "max_spend_usd": frozen.plan.max_spend_usd}
+    return summary
 
 
 def summarize(results: list[CellResult], arms: list[str], task_ids: list[str], repeats: int, *,
@@ -54,7 +58,10 @@ def _f(x: float | None, fmt: str = ".2f") -> str:
 
 
 def render(summary: dict[str, Any]) -> str:
-    lines = [f"cells ended {summary['ended']}/{summary['cells']} (manifest {summary['manifest_sha256'][:12]})", "",
+    lines = [f"cells ended {summary['ended']}/{summary['cells']} (manifest {summary['manifest_sha256'][:12]})"]
+    if "spend" in summary:
+        lines.append(f"spent {summary['spend']['spent_usd']:.4f} of max_spend_usd {summary['spend']['max_spend_usd']:g}")
+    lines += ["",
              f"{'arm':<16} {'cells':>5} {'solved':>6} {'rate':>5} {'95% CI':>13} {'pass@k':<24} {'$/solved':>8} "
              f"{'median s':>8}"]
     for r in summary["arms"]:

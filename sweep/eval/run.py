@@ -19,6 +19,7 @@ from runstate.atomic import write_atomic
 from runstate.errors import StateError
 from sweep.eval.cells import (TRIAL_TIMEOUT_S, CellResult, Frozen, arm_family, arm_options, arm_spec, dump_json,
                               load_eval, read_result)
+from sweep.eval import spend
 from sweep.eval.harbor_job import write_job
 from sweep.eval.manifest import Cell
 from sweep.eval.plan import Arm
@@ -48,13 +49,15 @@ def _take_lock(out: Path) -> Path:
     raise StateError("could not take the runner lock", path=lock)
 
 
-def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int]:
-    """(cells run now, cells already done). Stops after `limit` cells when given."""
+def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int, str | None]:
+    """(cells run now, cells already done, why the runner stopped early or None). Stops after `limit`
+    cells when given, and before a cell whose envelope the plan's max_spend_usd cannot cover."""
     from sweep.credentials import register_known_secrets
     frozen, manifest = load_eval(out)
     register_known_secrets(frozen.plan)      # every text a session stores is scrubbed of them
     lock = _take_lock(out)
     ran = done = 0
+    stopped = None
     try:
         write_job(out, frozen, manifest)          # what a runner killed after a cell's result left out
         for cell in manifest.cells:
@@ -63,14 +66,37 @@ def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int]:
                 continue
             if limit is not None and ran >= limit:
                 break
+            stopped, rid = _reserve(out, frozen, cell)
+            if stopped:
+                break
             result = run_cell(out, frozen, cell)
             write_atomic(out / "cells" / cell.cell_id / "result.json", dump_json(result.model_dump(mode="json")))
+            if rid is not None:
+                envelope = _arm(frozen, cell).budget.max_usd or 0.0
+                spend.settle(out, rid, envelope if result.cost_usd is None else result.cost_usd)
             write_job(out, frozen, manifest, cell=cell)
             shutil.rmtree(out / "cells" / cell.cell_id / "work", ignore_errors=True)
             ran += 1
     finally:
         lock.unlink(missing_ok=True)
-    return ran, done
+    return ran, done, stopped
+
+
+def _arm(frozen: Frozen, cell: Cell) -> Arm:
+    return next(a for a in frozen.plan.arms if a.name == cell.arm)
+
+
+def _reserve(out: Path, frozen: Frozen, cell: Cell) -> tuple[str | None, str | None]:
+    """(why the cell may not start, the id of its reservation in the spend ledger): under the plan's
+    max_spend_usd, an arm's cell reserves its whole max_usd envelope before it starts."""
+    cap, envelope = frozen.plan.max_spend_usd, _arm(frozen, cell).budget.max_usd
+    if cap is None or envelope is None:
+        return None, None
+    so_far = spend.spent(out)
+    if so_far + envelope > cap + 1e-9:
+        return (f"max_spend_usd {cap:g} reached: {so_far:.4f} USD spent or reserved, and cell {cell.cell_id} "
+                f"(arm {cell.arm}) would reserve {envelope:g}"), None
+    return None, spend.reserve(out, cell.cell_id, envelope)
 
 
 def _ended(frozen: Frozen, cell: Cell, started: float, reward: float | None, detail: str, **kw) -> CellResult:

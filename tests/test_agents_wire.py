@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -236,3 +238,62 @@ def test_a_rollout_cut_at_its_limit_is_no_overrun_and_the_next_rollout_still_run
     assert spend["overrun"] is False, spend
     rec = record(d, "pr-0")
     assert rec.reason != "budget_exhausted", (rec.outcome, rec.reason, rec.last_error)
+
+
+WIRE_CLIENT = Path(__file__).resolve().parent / "fakes" / "wire_client.py"
+
+
+def command_wire_opts(url: str, requests: int) -> dict:
+    return {"argv": [sys.executable, str(WIRE_CLIENT), str(requests), "{workspace}", "{tools}", "{max_turns}",
+                     "{cost_cap_usd}"], "protocol": "anthropic", "base_url": url, "prices": CLAUDE_PRICES}
+
+
+def test_a_command_cli_naming_its_protocol_is_relayed_holds_no_key_and_is_charged_what_was_metered(tmp_path):
+    fake = FakeAnthropic()
+    try:
+        url = fake.script("cmd", Script(steps=[tool_calls([("Bash", {"command": "true"})])] * 3))
+        result, req = run_agent(tmp_path, "solver", "command", command_wire_opts(url, 3))
+        requests = list(fake.requests)
+    finally:
+        fake.close()
+    assert result.status == "ok", (result.reason, result.evidence)
+    env = (req.workspace / "repo" / "env.txt").read_text()
+    assert "ANTHROPIC_API_KEY=sweep-relay-holds-the-key" in env and "ANTHROPIC_BASE_URL=http://" in env
+    assert FAKE_KEY not in env
+    assert_no_key_anywhere(tmp_path, FAKE_KEY)
+    assert len(requests) == 3 and {r["api_key_sha256"] for r in requests} == {
+        hashlib.sha256(FAKE_KEY.encode()).hexdigest()}          # the relay added the real key
+    expected = priced(requests, 3.0, 15.0)
+    assert expected > 0 and result.cost_usd == pytest.approx(expected)
+    record = json.loads((req.session_dir / "result.json").read_text())
+    assert record["wire"]["complete"] and record["wire"]["metered_cost_usd"] == pytest.approx(expected)
+
+
+def test_the_relay_cuts_a_command_cli_at_its_limit(tmp_path):
+    # each answer bills 2000 in / 300 out = 0.0105 USD at 3/15 per Mtok; the limit is 0.012
+    fake = FakeAnthropic()
+    try:
+        url = fake.script("cmd", Script(steps=[tool_calls([("Bash", {"command": "true"})])] * 10))
+        result, _ = run_agent(tmp_path, custom_role("solver", cost_cap_usd=0.012), "command",
+                              command_wire_opts(url, 10))
+        requests = list(fake.requests)
+    finally:
+        fake.close()
+    assert result.status == "failed" and result.reason == "max_budget", (result.reason, result.evidence)
+    assert len(requests) == 2                       # 0.0105 (< 0.012), 0.021: then refused
+    assert result.cost_usd == pytest.approx(2 * 0.0105) and result.cost_usd <= 0.012 + 0.0105 + 1e-9
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"protocol": "grpc"}, "runtime_options.protocol"),
+    ({"base_url": "https://api.anthropic.com"}, "runtime_options.base_url"),
+    ({"protocol": "anthropic", "network": "host"}, "runtime_options.network"),
+    ({"protocol": "openai", "base_url": "ftp://x"}, "runtime_options.base_url"),
+    ({"argv": ["agent", "{model_base_url}"]}, "runtime_options.argv"),
+])
+def test_a_command_runtimes_wire_options_are_checked(options, field):
+    from runstate.errors import ConfigError
+    from sweep.runtimes.command import CommandRuntime
+    with pytest.raises(ConfigError) as info:
+        CommandRuntime().check_options({"argv": ["agent"], **options})
+    assert info.value.field == field, info.value

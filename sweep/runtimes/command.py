@@ -6,13 +6,26 @@
         "endpoints": ["127.0.0.1:8080", "api.example.com:443"],   # what "api" may reach
         "env": {"MY_AGENT_MODEL": "small"},   # non-secret extras; keys come from `secrets`
         "read_paths": ["/opt/my-agent"],      # extra host paths the CLI must see (abs)
+        "protocol": "anthropic",   # optional: the model API the CLI speaks ("anthropic": Messages,
+                                   # "openai": Responses / Chat Completions); its requests then go
+                                   # through the session's relay (below)
+        "base_url": "https://api.anthropic.com",   # the real endpoint (default: the protocol's)
+        "prices": {...}, "ca_file": "/etc/my-ca.pem",  # as for claude-code and codex (docs/agents.md)
     }
+
+With `protocol`, the session is relayed like claude-code's and codex's (sweep/runtimes/wire): the
+relay holds the key, so the sandbox gets none of the key family's variables and no secret; the CLI
+is given the protocol's variables instead (`ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL` naming the
+relay, `ANTHROPIC_API_KEY` / `OPENAI_API_KEY` a placeholder) and `{model_base_url}` in its
+template; every response's usage is metered at the plan's prices and the session is charged that,
+and the relay refuses requests once the session's limit is reached (`max_budget`).
 
 Placeholders are substituted inside each argv element in one pass (a value that itself contains
 `{workspace}` is not substituted again); the result is passed to exec as a list, so no value is
 ever parsed by a shell. Known placeholders:
   {prompt_file} {instructions_file} {schema_file} {workspace} {output_file}
   {tools} (comma-separated) {max_turns} {cost_cap_usd} {walltime_s} {role}
+  {model_base_url} (only with `protocol`: the relay's base URL)
 An unknown `{name}` is a configuration error, so a typo cannot reach the agent as a literal.
 
 What it can honour depends on the template, and `capabilities` says so: it can restrict tools only
@@ -38,9 +51,12 @@ from sweep.runtimes.classify import classify_text
 from sweep.runtimes.facts import RuntimeFacts
 
 PLACEHOLDERS = ("prompt_file", "instructions_file", "schema_file", "workspace", "output_file",
-                "tools", "max_turns", "cost_cap_usd", "walltime_s", "role")
+                "tools", "max_turns", "cost_cap_usd", "walltime_s", "role", "model_base_url")
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_OPTION_KEYS = {"argv", "network", "endpoints", "env", "read_paths"}
+_OPTION_KEYS = {"argv", "network", "endpoints", "env", "read_paths", "protocol", "base_url", "prices", "ca_file"}
+# protocol -> (the real endpoint by default, the variable naming the base URL, the key variable)
+WIRE_PROTOCOLS = {"anthropic": ("https://api.anthropic.com", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+                  "openai": ("https://api.openai.com/v1", "OPENAI_BASE_URL", "OPENAI_API_KEY")}
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_ENV = {"PATH", "HOME", "TMPDIR", "LANG", "LD_PRELOAD", "LD_LIBRARY_PATH"}
 
@@ -71,6 +87,38 @@ class CommandRuntime:
                                    max_turns=_uses(options, "max_turns"),
                                    cost_cap=_uses(options, "cost_cap_usd"),
                                    needs_network=bool(options.get("network", True)))
+
+    def wire_protocol_for(self, options: dict) -> str | None:
+        """The protocol the plan says this CLI speaks (its sessions are then relayed), or None."""
+        return options.get("protocol")
+
+    def default_endpoint_for(self, options: dict) -> str | None:
+        protocol = options.get("protocol")
+        return WIRE_PROTOCOLS[protocol][0] if protocol in WIRE_PROTOCOLS else None
+
+    def _check_wire(self, options: dict) -> None:
+        from sweep.runtimes.base import check_wire_options
+        protocol = options.get("protocol")
+        if protocol is None:
+            for key in ("base_url", "prices", "ca_file"):
+                if key in options:
+                    raise ConfigError(f"runtime_options.{key} needs runtime_options.protocol (the model API the "
+                                      "CLI speaks, so that its requests go through the metering relay)",
+                                      field=f"runtime_options.{key}")
+            if _uses(options, "model_base_url"):
+                raise ConfigError("{model_base_url} needs runtime_options.protocol", field="runtime_options.argv")
+            return
+        if protocol not in WIRE_PROTOCOLS:
+            raise ConfigError(f"runtime_options.protocol must be one of {sorted(WIRE_PROTOCOLS)}, not {protocol!r}",
+                              field="runtime_options.protocol")
+        if options.get("network", "api") not in ("api", True):
+            raise ConfigError("a CLI with a protocol reaches its model through the relay: runtime_options.network "
+                              "must be \"api\"", field="runtime_options.network")
+        base_url = options.get("base_url")
+        if base_url is not None and not (isinstance(base_url, str) and re.match(r"^https?://[^\s/]+", base_url)):
+            raise ConfigError(f"runtime_options.base_url {base_url!r} is not an http(s) URL",
+                              field="runtime_options.base_url")
+        check_wire_options(options)
 
     def check_options(self, options: dict) -> None:
         unknown = set(options) - _OPTION_KEYS
@@ -107,6 +155,7 @@ class CommandRuntime:
         if not isinstance(paths, list) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
             raise ConfigError("runtime_options.read_paths must be a list of absolute paths",
                               field="runtime_options.read_paths")
+        self._check_wire(options)
 
     def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
         options = req.runtime_options
@@ -125,7 +174,17 @@ class CommandRuntime:
             "cost_cap_usd": "" if role.budget.cost_cap_usd is None else f"{role.budget.cost_cap_usd:g}",
             "walltime_s": f"{role.budget.walltime_s:g}",
             "role": role.name,
+            "model_base_url": req.wire.base_url if req.wire is not None else "",
         }
+        env = dict(options.get("env", {}))
+        endpoints = list(options.get("endpoints", []))
+        if req.wire is not None:
+            # the relay holds the key and meters the wire: the CLI gets its address and a placeholder
+            _, base_var, key_var = WIRE_PROTOCOLS[options["protocol"]]
+            env[base_var] = req.wire.base_url
+            env[key_var] = req.wire.placeholder
+            if req.wire.endpoint:
+                endpoints.append(req.wire.endpoint)
         template = list(options["argv"])
         read_paths = [files.prompt, files.instructions]
         if role.output_schema is not None:
@@ -133,9 +192,9 @@ class CommandRuntime:
         # Files named literally in the template (a script under /tmp, say) must be visible in the sandbox.
         read_paths += [Path(a) for a in template if a.startswith("/") and os.path.exists(a)]
         read_paths += [Path(p) for p in options.get("read_paths", [])]
-        return Invocation(argv=substitute(template, values), env=dict(options.get("env", {})),
+        return Invocation(argv=substitute(template, values), env=env,
                           read_paths=read_paths, network=options.get("network", True),
-                          endpoints=list(options.get("endpoints", [])))
+                          endpoints=endpoints)
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
         parsed = self._parse(req, files, outcome)

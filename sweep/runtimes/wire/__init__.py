@@ -1,7 +1,8 @@
 """The wire between an agent CLI and its model API: credential, metering and budget (relay.py).
 
 `open_wire` decides whether a session goes through a relay: an agent CLI whose runtime's facts name
-the protocol it speaks (`RuntimeFacts.wire_protocol`: claude-code "anthropic", codex "openai"), run by a provider
+the protocol it speaks (`RuntimeFacts.wire_protocol`: claude-code "anthropic", codex "openai"; for
+the command runtime, the plan's `protocol` option), run by a provider
 that can map a sandbox endpoint onto a local socket (the local provider). It finds the credential
 (the plan's `[secrets]` entry, else the family's variable in the controller's environment), which
 from then on exists only in the relay: the session gets a placeholder and none of the family's
@@ -37,9 +38,14 @@ def credential_for(role, secrets: dict, read_secret) -> Credential | None:
 def open_wire(req, runtime, provider, options: dict, read_secret) -> WireRelay | None:
     """Start the session's relay, or None when the session is not relayed (see the module docstring)."""
     protocol = runtime.facts.wire_protocol
+    default_endpoint = runtime.facts.default_endpoint
+    if protocol is None and hasattr(runtime, "wire_protocol_for"):
+        # a runtime whose protocol the plan names (the command runtime's `protocol` option)
+        protocol = runtime.wire_protocol_for(options)
+        default_endpoint = runtime.default_endpoint_for(options)
     if protocol is None or not getattr(provider, "wire_relay", False) or req.role.network == "none":
         return None
-    upstream = options.get("base_url") or runtime.facts.default_endpoint
+    upstream = options.get("base_url") or default_endpoint
     from sweep.runtimes.base import session_cost_limit
     limit = session_cost_limit(req.role.budget.cost_cap_usd, req.cost_limit_usd)
     relay = WireRelay(protocol=protocol, upstream=upstream,

@@ -308,3 +308,22 @@ def test_max_spend_usd_stops_the_runner_before_a_cell_it_cannot_cover(root, fake
     # the same runner again stops at the same cell, running nothing
     r = sweep("eval", "run", "--campaign", str(camp), timeout=60, check=False)
     assert r.returncode == 1 and "ran 0 cells (2 had ended before)" in r.stdout
+
+
+@needs_claude
+def test_an_endpoint_failure_is_not_scored_and_the_cell_runs_again(root, fake, monkeypatch):
+    """A 500 from the model API (an outage: it says nothing of the arm) leaves the cell without a
+    result and stops the runner; once the endpoint answers, the next run solves the cell."""
+    from tests.fakes.anthropic_api import error
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    fake.script("solver", Script(error=error(500, "api_error", "internal")))
+    camp = root / "outage"
+    sweep("eval", "init", str(write_plan(root, fake, repeats=1, max_usd=1.0, name="outage")), "--campaign", str(camp))
+    r = sweep("eval", "run", "--campaign", str(camp), timeout=600, check=False)
+    assert r.returncode == 1 and "ran 0 cells" in r.stdout, (r.stdout, r.stderr)
+    assert "cell c00000 (arm claude): its solver session failed on its model endpoint (outage)" in r.stderr
+    assert not (camp / "cells" / "c00000" / "result.json").exists()
+    fake.script("solver", fixing_solver())
+    assert "ran 1 cells" in sweep("eval", "run", "--campaign", str(camp), timeout=600).stdout
+    assert json.loads((camp / "cells" / "c00000" / "result.json").read_text())["reward"] == 1.0
+    _no_key_in(camp)

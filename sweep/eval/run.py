@@ -51,7 +51,8 @@ def _take_lock(out: Path) -> Path:
 
 def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int, str | None]:
     """(cells run now, cells already done, why the runner stopped early or None). Stops after `limit`
-    cells when given, and before a cell whose envelope the plan's max_spend_usd cannot cover."""
+    cells when given, before a cell whose envelope the plan's max_spend_usd cannot cover, and after a
+    cell whose session failed on its model endpoint (left without a result)."""
     from sweep.credentials import register_known_secrets
     frozen, manifest = load_eval(out)
     register_known_secrets(frozen.plan)      # every text a session stores is scrubbed of them
@@ -70,16 +71,35 @@ def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int, str |
             if stopped:
                 break
             result = run_cell(out, frozen, cell)
-            write_atomic(out / "cells" / cell.cell_id / "result.json", dump_json(result.model_dump(mode="json")))
+            stopped = _not_the_agents_fault(result)
+            if stopped is None:
+                write_atomic(out / "cells" / cell.cell_id / "result.json", dump_json(result.model_dump(mode="json")))
             if rid is not None:
                 envelope = _arm(frozen, cell).budget.max_usd or 0.0
                 spend.settle(out, rid, envelope if result.cost_usd is None else result.cost_usd)
+            if stopped is not None:
+                shutil.rmtree(out / "cells" / cell.cell_id / "work", ignore_errors=True)
+                break
             write_job(out, frozen, manifest, cell=cell)
             shutil.rmtree(out / "cells" / cell.cell_id / "work", ignore_errors=True)
             ran += 1
     finally:
         lock.unlink(missing_ok=True)
     return ran, done, stopped
+
+
+UNSCORED = ("outage", "throttle", "config")
+
+
+def _not_the_agents_fault(result: CellResult) -> str | None:
+    """Why the cell gets no result now: its session failed on its model endpoint (down, throttled, a
+    bad key or billing), which says nothing about the arm, so it is not scored 0; the runner stops
+    and the next `sweep eval run` runs the cell again. None: the cell is scored."""
+    if result.failure_class not in UNSCORED:
+        return None
+    return (f"cell {result.cell_id} (arm {result.arm}): its solver session failed on its model endpoint "
+            f"({result.failure_class}): {result.detail[:300]}; the cell is not scored, and the next "
+            "`sweep eval run` runs it again")
 
 
 def _arm(frozen: Frozen, cell: Cell) -> Arm:

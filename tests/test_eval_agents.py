@@ -113,6 +113,13 @@ def test_a_claude_arm_solves_every_cell_and_records_the_metered_cost(root, fake,
         assert wire["limit_usd"] == 2.0
         assert json.loads((camp / "cells" / cell["cell_id"] / "sessions" / "0001-solver" / "argv.json")
                           .read_text())["argv"].count("--max-budget-usd") == 1
+        # its Harbor trial carries the same cost and the CLI's provenance
+        trial = json.loads((camp / "jobs" / "claude-eval" / f"add-numbers__{cell['cell_id']}" / "result.json")
+                           .read_text())
+        assert trial["agent_result"]["cost_usd"] == result["cost_usd"]
+        meta = trial["agent_result"]["metadata"]
+        assert (meta["cli_version"], meta["model_reported"], meta["metered_cost_usd"]) == \
+            ("2.1.197", "claude-sonnet-4-5", result["metered_cost_usd"])
     # the fake model saw the plan's key (through the relay) on every main request
     main = fake.main_requests("solver")
     assert len(main) >= 6 and {r["api_key_sha256"] for r in main} == {key_digest(FAKE_KEY)}

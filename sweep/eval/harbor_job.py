@@ -107,7 +107,8 @@ def trial_result(out: Path, frozen: Frozen, cell: Cell, r: CellResult) -> dict[s
                 "turns": r.turns, "cell_id": cell.cell_id, "repeat": cell.repeat, "block": cell.block,
                 "position": cell.position, "manifest_sha256": r.manifest_sha256, "detail": r.detail,
                 "sessions": str(out / "cells" / cell.cell_id / "sessions"), "n_sessions": r.sessions,
-                "gate_feedback": r.feedback}
+                "gate_feedback": r.feedback, "cli_version": r.cli_version, "model_reported": r.model_reported,
+                "metered_cost_usd": r.metered_cost_usd}
     return {
         "schema_version": 1, "id": _uuid(frozen.manifest_sha256, cell.cell_id), "task_name": cell.task_id,
         "trial_name": name, "trial_uri": tdir.resolve().as_uri(), "task_id": {"path": str(task)},

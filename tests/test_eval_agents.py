@@ -334,3 +334,91 @@ def test_an_endpoint_failure_is_not_scored_and_the_cell_runs_again(root, fake, m
     assert "ran 1 cells" in sweep("eval", "run", "--campaign", str(camp), timeout=600).stdout
     assert json.loads((camp / "cells" / "c00000" / "result.json").read_text())["reward"] == 1.0
     _no_key_in(camp)
+
+
+def every_task_solver() -> Script:
+    """A correct solver for each task of the hand-made dataset, told apart by the starting files it
+    finds in its workspace (the fake runs on the host, where the workspace is a directory)."""
+    from tests.test_eval_harbor import SOLVER
+    fixes = {"calc.py": FIXED, "greet.py": "def greet(name):\n    return 'Hello, ' + name + '!'\n"}
+    assert "return a + b" in SOLVER        # the command oracle arm writes the same fixes
+
+    def step(request: dict, n: int) -> dict:
+        repo = Path(request["cwd"]) / "repo"
+        name = next((f for f in fixes if (repo / f).exists()), None)
+        if name is None:               # write-version: a new file, nothing to read first
+            return tool_calls([("Write", {"file_path": str(repo / "VERSION"), "content": "1.2.3\n"})]) \
+                if n == 0 else text("Written.")
+        if n == 0:
+            return tool_calls([("Read", {"file_path": str(repo / name)})])
+        if n == 1:
+            return tool_calls([("Write", {"file_path": str(repo / name), "content": fixes[name]})])
+        return text("Fixed.")
+    return Script(dynamic=step)
+
+
+@needs_claude
+def test_three_arms_with_claude_over_the_three_task_dataset(tmp_path, fake, monkeypatch):
+    """The hand-made 3-task Harbor dataset, arms oracle-like (command), nop-like (command) and claude
+    x 3 repeats: rewards exactly as the arms imply, and the paired comparison by hand: claude vs nop
+    on 3 tasks, all 3 discordant and claude's: exact McNemar p = 2 * (1/2)^3 = 0.25, effect +1."""
+    import sys
+
+    from tests.test_eval_harbor import SOLVER
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    make_dataset(tmp_path / "ds3")
+    (tmp_path / "solve3.py").write_text(SOLVER)
+    key = tmp_path / "anthropic.key"
+    key.write_text(FAKE_KEY)
+    key.chmod(0o600)
+    fake.script("solver", every_task_solver())
+    (tmp_path / "eval.toml").write_text(f"""
+name = "three-arms"
+dataset = "ds3"
+repeats = 3
+seed = 11
+
+[secrets]
+anthropic = {{ file = "anthropic.key" }}
+
+[[arms]]
+name = "oracle"
+runtime = "command"
+runtime_options = {{ argv = ["{sys.executable}", "{tmp_path / 'solve3.py'}", "{{workspace}}"], network = "none" }}
+
+[[arms]]
+name = "nop"
+runtime = "command"
+runtime_options = {{ argv = ["true"], network = "none" }}
+
+[[arms]]
+name = "claude"
+runtime = "claude-code"
+model = "claude-sonnet-4-5"
+runtime_options = {{ base_url = "{fake.url('solver')}", max_retries = 0, stall_s = 60 }}
+budget = {{ wall_s = 300, max_usd = 1.0 }}
+""")
+    camp = tmp_path / "camp"
+    assert "27 cells (3 tasks x 3 arms x 3 repeats)" in sweep("eval", "init", str(tmp_path / "eval.toml"),
+                                                              "--campaign", str(camp)).stdout
+    assert "ran 27 cells" in sweep("eval", "run", "--campaign", str(camp), timeout=900).stdout
+    cells = json.loads((camp / "manifest.json").read_text())["cells"]
+    results = [json.loads((camp / "cells" / c["cell_id"] / "result.json").read_text()) for c in cells]
+    assert [(r["arm"], r["reward"]) for r in results] == [(c["arm"], 0.0 if c["arm"] == "nop" else 1.0) for c in cells]
+    for c, r in zip(cells, results, strict=True):
+        if c["arm"] == "claude":
+            wire = json.loads((camp / "cells" / c["cell_id"] / "sessions" / "0001-solver" / "result.json")
+                              .read_text())["wire"]
+            assert r["cost_usd"] == pytest.approx(wire["metered_cost_usd"]) and r["cost_usd"] > 0
+    report = json.loads(sweep("eval", "report", "--campaign", str(camp), "--json").stdout)
+    arms = {a["arm"]: a for a in report["arms"]}
+    assert {a: (arms[a]["cells"], arms[a]["solved"]) for a in arms} == {"oracle": (9, 9), "nop": (9, 0),
+                                                                         "claude": (9, 9)}
+    assert arms["claude"]["pass_at_k"] == {"1": 1.0, "2": 1.0, "3": 1.0}
+    claude_cost = sum(r["cost_usd"] for r in results if r["arm"] == "claude")
+    assert arms["claude"]["cost_per_solved_usd"] == pytest.approx(claude_cost / 9)
+    pair = next(p for p in report["paired"] if {p["first"], p["second"]} == {"claude", "nop"})
+    assert (pair["tasks"], pair["neither"], pair["both"]) == (3, 0, 0)
+    assert pair["p_value"] == pytest.approx(0.25) and abs(pair["effect"]) == pytest.approx(1.0)
+    assert report["solved_by"] == {t: ["claude", "oracle"] for t in ("add-numbers", "greet-name", "write-version")}
+    _no_key_in(camp)

@@ -422,3 +422,18 @@ budget = {{ wall_s = 300, max_usd = 1.0 }}
     assert pair["p_value"] == pytest.approx(0.25) and abs(pair["effect"]) == pytest.approx(1.0)
     assert report["solved_by"] == {t: ["claude", "oracle"] for t in ("add-numbers", "greet-name", "write-version")}
     _no_key_in(camp)
+
+
+def test_a_secret_the_runner_cannot_read_stops_it_before_any_cell(root, fake, monkeypatch):
+    """The plan names the key by a variable the runner's environment does not hold: `sweep eval run`
+    says which field, and runs, reserves and writes nothing."""
+    monkeypatch.delenv("EVAL_ANTHROPIC_KEY", raising=False)
+    plan = write_plan(root, fake, repeats=1, max_usd=1.0, name="unset")
+    plan.write_text(plan.read_text().replace('{ file = "keys/anthropic.key" }', '{ env = "EVAL_ANTHROPIC_KEY" }')
+                    .replace("seed = 3\n", "seed = 3\nmax_spend_usd = 5\n"))
+    camp = root / "unset"
+    sweep("eval", "init", str(plan), "--campaign", str(camp))
+    r = sweep("eval", "run", "--campaign", str(camp), check=False)
+    assert r.returncode == 2 and "secrets.anthropic.env" in r.stderr and "EVAL_ANTHROPIC_KEY" in r.stderr, r.stderr
+    assert not (camp / "spend.jsonl").exists() and not (camp / "cells" / "c00000").exists()
+    assert not fake.requests

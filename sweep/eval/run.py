@@ -56,6 +56,7 @@ def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int, str |
     from sweep.credentials import register_known_secrets
     frozen, manifest = load_eval(out)
     register_known_secrets(frozen.plan)      # every text a session stores is scrubbed of them
+    _check_secrets(out, frozen)
     lock = _take_lock(out)
     ran = done = 0
     stopped = None
@@ -86,6 +87,18 @@ def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int, str |
     finally:
         lock.unlink(missing_ok=True)
     return ran, done, stopped
+
+
+def _check_secrets(out: Path, frozen: Frozen) -> None:
+    """Every arm's secret readable now (its file still 0600 and yours, its variable set here), or a
+    ConfigError naming the plan field before any cell starts or reserves anything."""
+    from roles import load_manifest
+    from sweep.credentials import session_secrets
+    spec = load_manifest(out / "roles" / "solver.toml")
+    for arm in frozen.plan.arms:
+        family = arm_family(arm_spec(spec, arm), arm)
+        if family is not None:
+            session_secrets(frozen.plan, family)
 
 
 UNSCORED = ("outage", "throttle", "config")

@@ -37,7 +37,8 @@ def _trial(job_dir: Path, name: str) -> dict:
             "seconds": (r.finished_at - r.started_at).total_seconds() if r.started_at and r.finished_at else None,
             "agent_seconds": r.agent_execution and r.agent_execution.finished_at and r.agent_execution.started_at
             and (r.agent_execution.finished_at - r.agent_execution.started_at).total_seconds(),
-            "cell_id": (r.agent_result.metadata or {}).get("cell_id") if r.agent_result else None}
+            "cell_id": (r.agent_result.metadata or {}).get("cell_id") if r.agent_result else None,
+            "tokens": [n_in, n_cache, n_out]}
 
 
 def check_jobs(jobs_dir: Path) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from tests.agent_sessions import FAKE_KEY, needs_claude
 from tests.campaigns import sweep
 from tests.fakes.anthropic_api import FakeAnthropic, Script, text, tool_calls
 from tests.fakes.sse_server import key_digest
-from tests.test_eval_harbor import make_dataset
+from tests.test_eval_harbor import CHECK, make_dataset
+from tests.test_export_harbor import harbor  # noqa: F401  (the fixture)
 
 FIXED = "def add(a, b):\n    return a + b\n"
 
@@ -86,7 +88,7 @@ def _no_key_in(camp: Path) -> None:
 
 
 @needs_claude
-def test_a_claude_arm_solves_every_cell_and_records_the_metered_cost(root, fake, monkeypatch):
+def test_a_claude_arm_solves_every_cell_and_records_the_metered_cost(root, fake, monkeypatch, harbor):  # noqa: F811
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
         monkeypatch.delenv(name, raising=False)     # the key comes from the plan's file, nowhere else
     fake.script("solver", fixing_solver())
@@ -104,6 +106,8 @@ def test_a_claude_arm_solves_every_cell_and_records_the_metered_cost(root, fake,
         assert (result["reward"], result["solved"], result["session_status"]) == (1.0, True, "ok"), result
         assert result["runtime"] == "claude-code" and result["cli_version"] == "2.1.197"
         assert result["model"] == result["model_reported"] == "claude-sonnet-4-5"
+        # three main responses of 2000 input + 300 output tokens each, as the CLI's stream counted them
+        assert (result["tokens"]["input_tokens"], result["tokens"]["output_tokens"]) == (6000, 900)
         session = json.loads((camp / "cells" / cell["cell_id"] / "sessions" / "0001-solver" / "result.json")
                              .read_text())
         wire = session["wire"]
@@ -120,6 +124,8 @@ def test_a_claude_arm_solves_every_cell_and_records_the_metered_cost(root, fake,
         meta = trial["agent_result"]["metadata"]
         assert (meta["cli_version"], meta["model_reported"], meta["metered_cost_usd"]) == \
             ("2.1.197", "claude-sonnet-4-5", result["metered_cost_usd"])
+        assert (trial["agent_result"]["n_input_tokens"], trial["agent_result"]["n_cache_tokens"],
+                trial["agent_result"]["n_output_tokens"]) == (6000, 0, 900)
     # the fake model saw the plan's key (through the relay) on every main request
     main = fake.main_requests("solver")
     assert len(main) >= 6 and {r["api_key_sha256"] for r in main} == {key_digest(FAKE_KEY)}
@@ -129,6 +135,14 @@ def test_a_claude_arm_solves_every_cell_and_records_the_metered_cost(root, fake,
     assert arm["cost_per_solved_usd"] == pytest.approx(sum(
         json.loads((camp / "cells" / c["cell_id"] / "result.json").read_text())["cost_usd"] for c in cells) / 2)
     _no_key_in(camp)
+    # Harbor's own models read the trials: their cost and tokens as Harbor totals them
+    r = subprocess.run([str(harbor / "python"), str(CHECK), str(camp / "jobs")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    trials = json.loads(r.stdout)["jobs"]["claude-eval"]["trials"].values()
+    assert sorted((t["cost_usd"], tuple(t["tokens"]), t["rewards"]["reward"]) for t in trials) == sorted(
+        (json.loads((camp / "cells" / c["cell_id"] / "result.json").read_text())["cost_usd"], (6000, 0, 900), 1.0)
+        for c in cells)
 
 
 @needs_claude

@@ -64,6 +64,7 @@ class CellResult(BaseModel):
     metered_cost_usd: float | None = None   # what the wire relay metered (agent-CLI arms; cost_usd is it)
     cli_version: str | None = None
     model_reported: str | None = None       # the model the runtime says answered
+    tokens: dict[str, int] | None = None    # the CLI's token counts (input_tokens, output_tokens, ...), summed
     turns: int | None = None
     session_s: float | None = None
     session_started_at: float | None = None

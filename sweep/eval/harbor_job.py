@@ -96,6 +96,18 @@ def _agent_timing(r: CellResult) -> dict[str, Any] | None:
     return {"started_at": _iso(r.session_started_at), "finished_at": _iso(end)}
 
 
+def harbor_tokens(tokens: dict[str, int] | None) -> dict[str, int]:
+    """The CLI's token counts as Harbor's AgentContext totals (n_input_tokens includes the cached
+    ones): claude counts cache reads and writes apart from input_tokens, codex's input_tokens
+    already includes its cached_input_tokens. Nothing when the runtime counted none."""
+    if not tokens:
+        return {}
+    cache = tokens.get("cache_read_input_tokens", tokens.get("cached_input_tokens", 0))
+    extra = tokens.get("cache_read_input_tokens", 0) + tokens.get("cache_creation_input_tokens", 0)
+    return {"n_input_tokens": tokens.get("input_tokens", 0) + extra, "n_cache_tokens": cache,
+            "n_output_tokens": tokens.get("output_tokens", 0)}
+
+
 def trial_result(out: Path, frozen: Frozen, cell: Cell, r: CellResult) -> dict[str, Any]:
     task = Path(frozen.dataset_dir) / cell.task_id
     name = trial_name(cell)
@@ -108,14 +120,14 @@ def trial_result(out: Path, frozen: Frozen, cell: Cell, r: CellResult) -> dict[s
                 "position": cell.position, "manifest_sha256": r.manifest_sha256, "detail": r.detail,
                 "sessions": str(out / "cells" / cell.cell_id / "sessions"), "n_sessions": r.sessions,
                 "gate_feedback": r.feedback, "cli_version": r.cli_version, "model_reported": r.model_reported,
-                "metered_cost_usd": r.metered_cost_usd}
+                "metered_cost_usd": r.metered_cost_usd, "tokens": r.tokens}
     return {
         "schema_version": 1, "id": _uuid(frozen.manifest_sha256, cell.cell_id), "task_name": cell.task_id,
         "trial_name": name, "trial_uri": tdir.resolve().as_uri(), "task_id": {"path": str(task)},
         "source": _source(frozen), "task_checksum": r.digest, "config": config,
         "agent_info": {"name": cell.arm, "version": frozen.sweep_version,
                        "model_info": None if r.model is None else {"name": r.model}},
-        "agent_result": {"cost_usd": r.cost_usd, "metadata": metadata},
+        "agent_result": {"cost_usd": r.cost_usd, **harbor_tokens(r.tokens), "metadata": metadata},
         "verifier_result": None if r.reward is None else {"rewards": {REWARD_KEY: r.reward}},
         "exception_info": _exception(r),
         "started_at": _iso(r.ended_at - r.wall_s), "finished_at": _iso(r.ended_at),

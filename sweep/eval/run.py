@@ -229,11 +229,18 @@ def _total(values: list) -> Any:
 
 
 def _provenance(sessions: list[Any]) -> dict[str, Any]:
-    """What the runtimes reported of the sessions: the CLI's version, the model it says it ran, and
-    the cost the wire relay metered (summed; None unless every session was metered)."""
+    """What the runtimes reported of the sessions: the CLI's version, the model it says it ran, the
+    token counts its stream gave (summed per kind), and the cost the wire relay metered (summed; None
+    unless every session was metered)."""
     reports = [s.report or {} for s in sessions]
     metered = [r.get("metered_cost_usd") for r in reports]
-    return {"cli_version": next((r["cli_version"] for r in reports if r.get("cli_version")), None),
+    tokens: dict[str, int] = {}
+    for usage in (r.get("usage") for r in reports):
+        for key, n in (usage.items() if isinstance(usage, dict) else ()):
+            if isinstance(n, int) and not isinstance(n, bool):
+                tokens[key] = tokens.get(key, 0) + n
+    return {"tokens": tokens or None,
+            "cli_version": next((r["cli_version"] for r in reports if r.get("cli_version")), None),
             "model_reported": next((r["model"] for r in reports if r.get("model")), None),
             "metered_cost_usd": _total(metered) if all(isinstance(m, (int, float)) for m in metered) else None}
 

@@ -165,6 +165,7 @@ def test_the_arms_max_usd_stops_the_session(root, fake, monkeypatch):
     _no_key_in(camp)
 
 
+@needs_claude      # a CLI that is not installed is refused first
 def test_init_refuses_a_claude_arm_without_its_secret_or_its_cost_cap(root, fake):
     r = sweep("eval", "init", str(write_plan(root, fake, repeats=1, max_usd=1.0, secrets=False)),
               "--campaign", str(root / "a"), check=False)

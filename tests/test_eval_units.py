@@ -214,6 +214,10 @@ def test_an_arm_the_runtime_would_refuse_is_refused_at_init(tmp_path):
     with pytest.raises(ConfigError, match="arm nop: runtime claude-code spends money") as err:
         init_eval(_write(tmp_path, keyed), tmp_path / "camp")
     assert err.value.field == "arms.1.budget.max_usd"
+    missing = keyed.replace("max_turns = 5", "max_turns = 5, max_usd = 1").replace(
+        'runtime = "claude-code"', 'runtime = "claude-code"\nruntime_options = { binary = "/nonexistent/claude" }')
+    with pytest.raises(ConfigError, match="arm nop: the claude-code CLI .'/nonexistent/claude'. is not installed"):
+        init_eval(_write(tmp_path, missing), tmp_path / "camp")
     codex = keyed.replace('"claude-code"', '"codex"').replace("max_turns = 5", "max_turns = 5, max_usd = 1")
     with pytest.raises(ConfigError, match="arm nop: runtime codex needs a key of the openai family"):
         init_eval(_write(tmp_path, codex), tmp_path / "camp")

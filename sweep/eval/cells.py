@@ -116,6 +116,11 @@ def _check_arm(plan: EvalPlan, i: int, arm: Arm, spec: Any) -> str | None:
     if facts.paid and facts.cli is not None and arm.budget.max_usd is None:
         raise ConfigError(f"arm {arm.name}: runtime {arm.runtime} spends money on a model API, and the arm has no "
                           "budget.max_usd to bound each session", field=f"arms.{i}.budget.max_usd")
+    if facts.cli is not None:
+        binary = arm_options(arm).get("binary", facts.cli.default_binary)
+        if facts.cli.find(binary) is None:
+            raise ConfigError(f"arm {arm.name}: the {arm.runtime} CLI ({binary!r}) is not installed "
+                              f"(npm install -g {facts.cli.npm_spec})", field=f"arms.{i}.runtime_options")
     return family
 
 

@@ -452,3 +452,22 @@ def test_a_secret_the_runner_cannot_read_stops_it_before_any_cell(root, fake, mo
     assert r.returncode == 2 and "secrets.anthropic.env" in r.stderr and "EVAL_ANTHROPIC_KEY" in r.stderr, r.stderr
     assert not (camp / "spend.jsonl").exists() and not (camp / "cells" / "c00000").exists()
     assert not fake.requests
+
+
+@needs_claude
+def test_a_secrets_variable_names_the_credential_the_session_stands_for(root, fake, monkeypatch):
+    """`variable = "ANTHROPIC_AUTH_TOKEN"`: the relay sends the key as a bearer token, not x-api-key."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    fake.script("solver", fixing_solver())
+    plan = write_plan(root, fake, repeats=1, max_usd=1.0, name="bearer")
+    plan.write_text(plan.read_text().replace('{ file = "keys/anthropic.key" }',
+                                             '{ file = "keys/anthropic.key", variable = "ANTHROPIC_AUTH_TOKEN" }'))
+    camp = root / "bearer"
+    sweep("eval", "init", str(plan), "--campaign", str(camp))
+    sweep("eval", "run", "--campaign", str(camp), timeout=600)
+    assert json.loads((camp / "cells" / "c00000" / "result.json").read_text())["reward"] == 1.0
+    wire = json.loads((camp / "cells" / "c00000" / "sessions" / "0001-solver" / "result.json").read_text())["wire"]
+    assert wire["credential"] == "ANTHROPIC_AUTH_TOKEN"
+    main = fake.main_requests("solver")
+    assert main and not any(r["api_key_set"] for r in main)      # no x-api-key header: the bearer token
+    _no_key_in(camp)

@@ -143,6 +143,26 @@ def check_capabilities(options, plan_path: Path, where: str) -> None:
             raise ConfigError(f"session runtime {name!r} is not available in this sweep "
                               f"(available: {', '.join(sorted(RUNTIMES))})", path=plan_path,
                               field=f"{where}.runtimes.{role}")
+    _check_escalation(options.quality.escalation, plan_path, f"{where}.quality.escalation")
+
+
+def _check_escalation(escalation, plan_path: Path, field: str) -> None:
+    """The reviewer's escalation runtime exists and can play the reviewer with its options."""
+    if escalation is None:
+        return
+    from sweep.runtimes import RUNTIMES, get_runtime
+    if escalation.runtime not in RUNTIMES:
+        raise ConfigError(f"session runtime {escalation.runtime!r} is not available in this sweep "
+                          f"(available: {', '.join(sorted(RUNTIMES))})", path=plan_path, field=f"{field}.runtime")
+    runtime = get_runtime(escalation.runtime)
+    roles = runtime.capabilities(escalation.runtime_options).roles
+    if roles is not None and "reviewer" not in roles:
+        raise ConfigError(f"runtime {escalation.runtime!r} cannot play the reviewer (it plays {sorted(roles)})",
+                          path=plan_path, field=f"{field}.runtime")
+    try:
+        runtime.check_options(escalation.runtime_options)
+    except ConfigError as exc:
+        raise ConfigError(f"{field}: {exc}", path=plan_path, field=f"{field}.runtime_options") from None
 
 
 def check_prepared_probes(cand, options, plan_path: Path, where: str) -> None:

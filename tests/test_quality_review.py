@@ -150,3 +150,46 @@ def test_the_same_error_after_its_correction_round_fails_the_attempt(campaign):
     assert len(reviewer_prompts(campaign, "stubborn")) == 2                       # no third session
     assert any("again after a correction round" in (e.get("detail") or "") for e in events(campaign, "stubborn"))
     assert not list((run_dir(campaign, "stubborn") / "evidence").glob("review-r*.json"))
+
+
+def test_a_reviewer_refused_twice_goes_to_the_plans_escalation_runtime(tmp_path):
+    """quality.escalation: an invalid output again after its correction round gets one more review
+    by the escalation runtime (here sweep's oracle reviewer), which accepts; the same reviewer
+    without an escalation fails its attempt."""
+    scripts = tmp_path / "answers"
+    scripts.mkdir()
+    cands = []
+    for run_id in ("escalated", "not-escalated"):
+        (scripts / f"{run_id}.json").write_text(json.dumps(["this is not a verdict", "nor is this"]))
+        quality = {"max_mutants": 0, **({"escalation": {"runtime": "oracle"}} if run_id == "escalated" else {})}
+        cands.append(candidate(run_id, make_pr_repo(tmp_path / "repos", "verified", name=run_id),
+                               runtimes={"author": "oracle", "reviewer": "command", "solver": "oracle"},
+                               runtime_options={"reviewer": agent_options("reviewer",
+                                                                          f"--answers={scripts}/{run_id}.json")},
+                               quality=quality))
+    plan = local_plan(cands, isolation=ISOLATION, max_attempts=1,
+                      defaults={"quality": {"max_repairs": 0}, "worker_reservation_usd": 0.1})
+    d = tmp_path / "camp"
+    sweep("init", str(write_plan(tmp_path / "plan.json", plan)), "--campaign", str(d))
+    st = tick_until_done(d, timeout=300)
+    assert {e["run_id"]: (e["outcome"], e["reason"]) for e in st["ended"]} == {
+        "escalated": ("verified", None), "not-escalated": ("blocked", "max_attempted")}
+    evs = events(d, "escalated")
+    assert [e["detail"] for e in evs if e["kind"] == "review_escalated"] == [
+        "invalid output again after its correction round: one review by runtime oracle"]
+    reviews = [e["detail"].split(" runtime ")[1] for e in evs if e["kind"] == "session_started"
+               and e.get("phase") == "review"]
+    assert reviews == ["command", "command", "oracle"]
+    assert not [e for e in events(d, "not-escalated") if e["kind"] == "review_escalated"]
+
+
+@pytest.mark.parametrize("escalation, field", [({"runtime": "gpt-9000"}, "quality.escalation.runtime"),
+                                               ({"runtime": "codex"}, "quality.escalation"),
+                                               ({"runtime": "command", "runtime_options": {"argv": []}},
+                                                "quality.escalation.runtime_options")])
+def test_an_escalation_the_reviewer_cannot_have_is_refused_at_init(tmp_path, escalation, field):
+    cand = candidate("pr-0", make_pr_repo(tmp_path / "repos", "verified"), quality={"escalation": escalation})
+    r = sweep("init", str(write_plan(tmp_path / "plan.json", local_plan([cand]))), "--campaign", str(tmp_path / "c"),
+              check=False)
+    assert r.returncode != 0 and field in r.stderr, r.stderr
+    assert not (tmp_path / "c" / "campaign.toml").exists()

@@ -221,14 +221,17 @@ def _make_private(root: Path) -> None:
 
 
 def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
-             reserve: float | None = None):
-    """Reserve, run one role session, settle; classify failures into park / attempt."""
+             reserve: float | None = None, escalation=None):
+    """Reserve, run one role session, settle; classify failures into park / attempt.
+    `escalation` (quality.escalation): run it with that runtime and its options instead."""
     from sweep.runtimes import SessionRequest, run_session
     specs, shas = _roles(ctx)
     if role not in specs:
         raise Ending(Outcome.blocked, EndReason.construction_failed, f"no manifest for role {role} in roles/")
     opts = _options(ctx)
-    runtime = getattr(opts.runtimes, role)
+    runtime = getattr(opts.runtimes, role) if escalation is None else escalation.runtime
+    role_options = (dict(opts.runtime_options.get(role, {})) if escalation is None
+                    else dict(escalation.runtime_options))
     if reserve is None:
         from sweep.runtimes.base import session_reservation
         from sweep.runtimes.facts import facts_of
@@ -244,10 +247,10 @@ def _session(ctx: Ctx, role: str, workspace: Path, prompt: str, inputs: dict, *,
     ctx.event("session_started", phase=ctx.record.phase, detail=f"{op_id} runtime {runtime}")
     try:
         req = SessionRequest(role=specs[role], manifest_sha256=shas[role], runtime=runtime,
-                             runtime_options=dict(opts.runtime_options.get(role, {})), workspace=workspace,
+                             runtime_options=role_options, workspace=workspace,
                              session_dir=session_dir, prompt=prompt, inputs=inputs,
                              limits=_limits(ctx, specs[role]), cost_limit_usd=limit,
-                             secrets=_role_secrets(ctx, specs[role], runtime, opts.runtime_options.get(role)))
+                             secrets=_role_secrets(ctx, specs[role], runtime, role_options))
         result = run_session(req, _session_provider(ctx, role, runtime))
     except (AttemptFailed, Park):
         ctx.budget.settle(op_id, 0.0)       # no remote sandbox could be had: nothing ran
@@ -969,19 +972,30 @@ def _reviewer_verdict(ctx: Ctx, workspace: Path, prompt: str, inputs: dict,
     """The reviewer's verdict, checked. An invalid output (none, one its schema or sweep refuses, an
     accept that leaves a surviving mutant unjudged) and a blocking finding whose citation is not in
     the bundle each get one correction round: the session runs again on its prompt with the errors
-    so far appended. The same kind of error again is a failed attempt (the plan has no escalation
-    runtime). A crash between rounds reruns the phase from its first round: nothing was checkpointed."""
+    so far appended. The same kind of error again goes to the plan's escalation runtime
+    (quality.escalation) for one review with every refusal so far; without one, or when the
+    escalation's answer is refused too, it is a failed attempt. A crash between rounds reruns the
+    phase from its first round: nothing was checkpointed."""
     from sweep.quality.review import fenced
     corrected: list[str] = []
     text = prompt
+    escalation = _options(ctx).quality.escalation
+    escalated = False
     while True:
-        result = _session(ctx, "reviewer", workspace, text, inputs)
+        result = _session(ctx, "reviewer", workspace, text, inputs, escalation=escalation if escalated else None)
         kind, error, verdict = _verdict_problem(ctx, result, probes)
         if verdict is not None:
             return verdict
-        if kind in corrected:
-            raise AttemptFailed(f"{error} (again after a correction round)"[:1000],
+        if kind in corrected and (escalation is None or escalated):
+            after = " and the escalation to " + escalation.runtime if escalation is not None else ""
+            raise AttemptFailed(f"{error} (again after a correction round{after})"[:1000],
                                 cause="probe_focus_missing" if kind == "missing probe focus" else None)
+        if kind in corrected:
+            escalated = True
+            ctx.event("review_escalated", phase=Phase.review.value,
+                      detail=f"{kind} again after its correction round: one review by runtime {escalation.runtime}")
+            text += f"\n## Your previous answer was refused again ({kind})\n\n" + fenced(error, "text") + "\n"
+            continue
         corrected.append(kind)
         ctx.event("review_correction", phase=Phase.review.value, detail=f"{kind}: {error}"[:500])
         text = (text + f"\n## Your previous answer was refused ({kind})\n\n" + fenced(error, "text")

@@ -34,6 +34,15 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class EscalationSettings(Strict):
+    """The reviewer's escalation: when a review's answer is refused again after its correction
+    round (an invalid output, a blocking finding whose citation is not in the bundle, an accept
+    that leaves a surviving mutant or a required focus unjudged), one more review by this runtime
+    and its options (e.g. a stronger model) with every refusal so far, before the attempt fails."""
+    runtime: str
+    runtime_options: dict[str, Any] = Field(default_factory=dict)
+
+
 class QualitySettings(Strict):
     repair: bool = True                 # gate/review failures go back to the author
     max_repairs: int = Field(default=2, ge=0, le=20)
@@ -51,6 +60,7 @@ class QualitySettings(Strict):
     # rollouts that all scored 0 (a solve rate of 0) keep the run from `verified` unless this is
     # true: the plan then says rollouts are evidence only (e.g. a solver known to be weak)
     allow_unsolved: bool = False
+    escalation: EscalationSettings | None = None     # see EscalationSettings; None: a failed attempt
 
 
 class RuntimeChoice(Strict):

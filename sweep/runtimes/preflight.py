@@ -31,25 +31,34 @@ class Finding:
     message: str
 
 
+def role_runtimes(opts) -> list[tuple[str, str, str, dict]]:
+    """(field, role, runtime, options) for every session runtime a candidate's options name: the
+    three roles', and the reviewer's escalation (quality.escalation) when the plan has one."""
+    from runstate.models import PIPELINE_ROLES
+    out = [(f"runtimes.{role}", role, getattr(opts.runtimes, role), dict(opts.runtime_options.get(role, {})))
+           for role in PIPELINE_ROLES]
+    escalation = opts.quality.escalation
+    if escalation is not None:
+        out.append(("quality.escalation", "reviewer", escalation.runtime, dict(escalation.runtime_options)))
+    return out
+
+
 def _uses(settings, candidates) -> list[tuple[str, str, str, dict]]:
     """(where, role, runtime, options) for every distinct agent-CLI use in the plan."""
     seen, out = set(), []
     # frozen candidates carry their options merged over the defaults: they are what runs
     sources = ([(f"candidates.{i}", c.options) for i, c in enumerate(candidates)] if candidates
                else [("defaults", settings.defaults)])
-    from runstate.models import PIPELINE_ROLES
     from sweep.runtimes.facts import RUNTIMES, facts_of
     for where, opts in sources:
-        for role in PIPELINE_ROLES:
-            runtime = getattr(opts.runtimes, role)
+        for field, role, runtime, options in role_runtimes(opts):
             if runtime not in RUNTIMES or facts_of(runtime).cli is None:
                 continue
-            options = dict(opts.runtime_options.get(role, {}))
             key = (role, runtime, repr(sorted(options.items())))
             if key in seen:
                 continue
             seen.add(key)
-            out.append((f"{where}.runtimes.{role} ({runtime})", role, runtime, options))
+            out.append((f"{where}.{field} ({runtime})", role, runtime, options))
     return out
 
 
@@ -62,7 +71,6 @@ def missing_key_families(settings, candidates=None, roles_dir: Path | None = Non
     401, after a whole campaign was admitted. Runtimes that take no key (oracle, nop) or any family
     the manifest names (command, which may run a CLI that needs none) are not concerned."""
     from roles import load_manifest, shipped_manifests_dir
-    from runstate.models import PIPELINE_ROLES
     from sweep.runtimes import key_family_of
     from sweep.runtimes.facts import RUNTIMES, facts_of
     manifests = Path(roles_dir) if roles_dir is not None else shipped_manifests_dir()
@@ -73,8 +81,7 @@ def missing_key_families(settings, candidates=None, roles_dir: Path | None = Non
     specs: dict = {}
     out = []
     for where, opts in sources:
-        for role in PIPELINE_ROLES:
-            runtime = getattr(opts.runtimes, role)
+        for field, role, runtime, _ in role_runtimes(opts):
             families = facts_of(runtime).key_families if runtime in RUNTIMES else None
             if (role, runtime) in seen or not families:
                 continue
@@ -85,7 +92,7 @@ def missing_key_families(settings, candidates=None, roles_dir: Path | None = Non
             spec = specs[role]
             family = key_family_of(spec, runtime) if spec is not None else families[0]
             if family not in have:
-                out.append((f"{where}.runtimes.{role}", role, runtime, family))
+                out.append((f"{where}.{field}", role, runtime, family))
     return out
 
 

@@ -17,7 +17,7 @@
      through the same provider): with a version manager's shims first on PATH (pyenv), the shell's
      `python3` is a shim that costs ~0.2 s a start, which the sandbox does not use;
    - with `--against CHECKOUT` (another checkout of sweep with its own `.venv`, e.g. round 1's:
-     `git worktree add /work/wt/r1 47fdbf3`), the same trial by that checkout's code on the same
+     `git worktree add ../sweep-r1 47fdbf3`), the same trial by that checkout's code on the same
      bundle, alternating with this one's (a worker process of this script run by its venv).
    Prints median / min / max wall seconds of each, sweep's overhead per trial (trial - bare) and the
    issue's target for it: at most 0.3 s + 10 % of the bare command.
@@ -25,7 +25,7 @@
 Usage (from the repository root, with the project's venv):
     .venv/bin/python benchmarks/gate_overhead.py                       # builds a demo in a temp dir
     .venv/bin/python benchmarks/gate_overhead.py --demo /var/tmp/demo --repeats 10 --isolation none
-    .venv/bin/python benchmarks/gate_overhead.py --demo /var/tmp/demo --against /work/wt/r1
+    .venv/bin/python benchmarks/gate_overhead.py --demo /var/tmp/demo --against ../sweep-r1
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sweep.models.plan import NAME_RE as CAMPAIGN_NAME_RE
-from sweep.models.plan import LimitSettings, SecretSource, Strict
+from sweep.models.plan import LimitSettings, SecretSource, Strict, check_secret_families
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 SESSION_FAMILIES = ("anthropic", "openai")      # the key families a solver session can be given
@@ -76,15 +76,7 @@ class EvalPlan(Strict):
     @field_validator("secrets")
     @classmethod
     def _check_secrets(cls, v: dict[str, SecretSource]) -> dict[str, SecretSource]:
-        from roles.spec import KEY_FAMILY_ENV
-        for family, source in v.items():
-            if family not in SESSION_FAMILIES:
-                raise ValueError(f"secrets has an entry for {family!r}, which is not a key family a solver session "
-                                 f"uses (families: {', '.join(SESSION_FAMILIES)})")
-            allowed = [n for n in KEY_FAMILY_ENV.get(family, ()) if not n.endswith("_BASE_URL")]
-            if source.variable is not None and source.variable not in allowed:
-                raise ValueError(f"secrets.{family}.variable must be one of {allowed} (got {source.variable!r})")
-        return v
+        return check_secret_families(v, SESSION_FAMILIES, "a key family a solver session uses")
 
     @field_validator("name")
     @classmethod

@@ -322,6 +322,22 @@ class Candidate(Strict):
 
 
 SECRET_FAMILIES = ("anthropic", "openai", "github")     # the RoleSpec key families, and intake's GitHub
+
+
+def check_secret_families(secrets: dict, families: tuple[str, ...], what: str) -> dict:
+    """A plan's `[secrets]`: each entry names one of `families` (`what` says which kind in the
+    error), and its `variable`, when set, is one of that family's key variables."""
+    from roles.spec import KEY_FAMILY_ENV
+    for family, source in secrets.items():
+        if family not in families:
+            raise ValueError(f"secrets has an entry for {family!r}, which is not {what} "
+                             f"(families: {', '.join(families)})")
+        if source.variable is not None:
+            allowed = [n for n in KEY_FAMILY_ENV.get(family, ()) if not n.endswith("_BASE_URL")]
+            if source.variable not in allowed:
+                raise ValueError(f"secrets.{family}.variable must be one of {allowed or 'nothing'} "
+                                 f"(got {source.variable!r})")
+    return secrets
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
@@ -477,17 +493,7 @@ class PlanSettings(Strict):
     @field_validator("secrets")
     @classmethod
     def _check_secrets(cls, v: dict[str, SecretSource]) -> dict[str, SecretSource]:
-        from roles.spec import KEY_FAMILY_ENV
-        for family, source in v.items():
-            if family not in SECRET_FAMILIES:
-                raise ValueError(f"secrets has an entry for {family!r}, which is not a key family "
-                                 f"(families: {', '.join(SECRET_FAMILIES)})")
-            if source.variable is not None:
-                allowed = [n for n in KEY_FAMILY_ENV.get(family, ()) if not n.endswith("_BASE_URL")]
-                if source.variable not in allowed:
-                    raise ValueError(f"secrets.{family}.variable must be one of {allowed or 'nothing'} "
-                                     f"(got {source.variable!r})")
-        return v
+        return check_secret_families(v, SECRET_FAMILIES, "a key family")
 
     @field_validator("prior_verified")
     @classmethod

@@ -1,8 +1,8 @@
 """MCP servers per role from the plan: the REAL claude CLI starts the plan's stdio server inside the
 session's sandbox (tests/fakes/mcp_server.py, JSON-RPC over stdio), the fake model calls its tools,
 only the ones the plan declares run; the PR's `.mcp.json` is still ignored; and `sweep init`
-refuses what sweep cannot start or bound (a bad command, a remote server, a secret in env, an
-MCP tool nobody declares), naming the field."""
+refuses what sweep cannot start or bound (a bad command, a secret in env, an
+MCP tool nobody declares; remote servers: test_agents_mcp_remote.py), naming the field."""
 from __future__ import annotations
 
 import json
@@ -83,13 +83,12 @@ def test_a_plans_stdio_mcp_server_runs_in_the_sandbox_and_only_its_declared_tool
     ({"command": ["no-such-program-4f1e"], "tools": ["t"]}, "notes.command", "not found"),
     ({"command": "python3 server.py", "tools": ["t"]}, "notes.command", "non-empty list"),
     ({"command": [], "tools": ["t"]}, "notes.command", "non-empty list"),
-    ({"url": "https://mcp.example.com/sse", "tools": ["t"]}, "notes.url", "relay's allow list"),
-    ({"type": "http", "command": ["python3"], "tools": ["t"]}, "notes.type", "relay's allow list"),
     ({"command": ["python3"]}, "notes.tools", "tools must list"),
     ({"command": ["python3"], "tools": ["t"], "env": {"NOTES_API_TOKEN": "abc"}}, "notes.env", "secret"),
     ({"command": ["python3"], "tools": ["t"], "env": {"MODE": "sk-ant-0123"}}, "notes.env", "secret"),
     ({"command": ["python3"], "tools": ["t"], "env": {"LD_PRELOAD": "/x.so"}}, "notes.env", "may not set"),
     ({"command": ["python3"], "tools": ["t"], "args": ["x"]}, "notes.args", "put the arguments in command"),
+    ({"command": ["python3"], "tools": ["t"], "type": "ws"}, "notes.type", "must be \"stdio\""),
 ])
 def test_a_server_sweep_cannot_start_or_bound_is_refused_naming_the_field(server, field, says):
     with pytest.raises(ConfigError) as err:
@@ -186,13 +185,11 @@ def _init(tmp_path: Path, role: str, options: dict):
                  env={"ANTHROPIC_API_KEY": FAKE_KEY})
 
 
-def test_init_refuses_a_remote_server_and_a_read_only_roles_server_naming_the_field(tmp_path):
-    r = _init(tmp_path / "a", "author", {"mcp_servers": {"notes": {"url": "https://mcp.example.com", "tools": ["t"]}}})
-    assert r.returncode == 2 and "runtime_options.mcp_servers.notes.url" in r.stderr, r.stderr
-    assert "relay's allow list" in r.stderr and "candidates.0.runtimes.author" in r.stderr
+def test_init_refuses_a_read_only_roles_server_naming_the_field(tmp_path):
     r = _init(tmp_path / "b", "reviewer", {"mcp_servers": notes_server(tmp_path)})
     assert r.returncode == 2 and "runtime_options.mcp_servers.notes" in r.stderr and "may not execute" in r.stderr
-    assert not (tmp_path / "a" / "c" / "campaign.toml").exists()
+    assert "candidates.0.runtimes.reviewer" in r.stderr
+    assert not (tmp_path / "b" / "c" / "campaign.toml").exists()
 
 
 @needs_claude

@@ -227,13 +227,13 @@ CONFIG_STATUSES = {401, 402, 403}       # the key or the account: the operator m
 
 # What users of the agent CLIs may try to hand a session, and why the plan refuses it (no dead
 # settings): a session runs with sweep's command line only, no settings or hooks, and no MCP
-# servers but the plan's stdio `mcp_servers` (sweep/runtimes/mcp.py); nothing from the
+# servers but the plan's `mcp_servers` (stdio or remote: sweep/runtimes/mcp.py); nothing from the
 # PR's workspace (.claude/, .mcp.json, .codex/ are ignored: docs/agents.md).
 _NO_CONFIG = ("a session gets no settings, hooks or MCP servers from the PR's .claude/, .mcp.json or "
               ".codex/; its tools come from the role's manifest (tools, network)")
 NOT_GIVEN_TO_AGENTS = {
-    "mcp": "MCP servers are given as mcp_servers (stdio servers: docs/agents.md); " + _NO_CONFIG,
-    "mcp_config": "MCP servers are given as mcp_servers (stdio servers: docs/agents.md); " + _NO_CONFIG,
+    "mcp": "MCP servers are given as mcp_servers (stdio or remote by url: docs/agents.md); " + _NO_CONFIG,
+    "mcp_config": "MCP servers are given as mcp_servers (stdio or remote by url: docs/agents.md); " + _NO_CONFIG,
     "hooks": "hooks would run commands the role's tools do not allow; " + _NO_CONFIG,
     "settings": _NO_CONFIG,
     "permissions": "the role's manifest says what it may do (tools); " + _NO_CONFIG,

@@ -52,7 +52,8 @@ from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, Sessio
                                  JsonLines, check_cli_options, check_wire_options, class_of_status, endpoint_of,
                                  feed_stdout, find_binary, session_cost_limit, stall_limit)
 from sweep.runtimes.facts import AgentCli, RuntimeFacts
-from sweep.runtimes.mcp import allowed_mcp_tools, check_mcp_servers, write_mcp_config
+from sweep.runtimes.mcp import (allowed_mcp_tools, check_mcp_servers, servers_down, with_mcp_endpoints,
+                                write_mcp_config)
 
 # The CLI versions sweep's flag mapping and stream parser were tested with (tests/fixtures/streams).
 PACKAGE = "@anthropic-ai/claude-code"
@@ -188,7 +189,7 @@ class ClaudeCodeRuntime:
                 env["ANTHROPIC_BASE_URL"] = opts["base_url"]
             endpoints = [api_endpoint(opts.get("base_url"))]
         return Invocation(argv=argv, env=env, read_paths=read_paths,
-                          network="api", endpoints=endpoints, stdin_path=files.prompt,
+                          network="api", endpoints=with_mcp_endpoints(endpoints, opts), stdin_path=files.prompt,
                           state_paths=[config_dir], sandbox_env={"IS_SANDBOX": "1"},
                           idle_timeout_s=stall_limit(req.runtime_options or {}, DEFAULTS, role.budget.walltime_s))
 
@@ -202,8 +203,7 @@ class ClaudeCodeRuntime:
             # the CLI goes on without a server that did not start (measured, 2.1.197): the session
             # would have run without the tools the plan gave it
             parsed = replace(parsed, ok=False, failure_class="config", reason="mcp_server_failed",
-                             evidence=f"the plan's MCP server(s) did not start in the sandbox ({', '.join(down)}): "
-                                      "its program and files must be readable there (command, read_paths)")
+                             evidence=servers_down(down, (req.runtime_options or {}).get("mcp_servers") or {}))
         report = stream.provenance()
         report["config_dir"] = str(files.session_dir / CONFIG_DIR_NAME)
         if stream.session_id:

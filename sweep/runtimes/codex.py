@@ -45,7 +45,7 @@ from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, Sessio
                                  JsonLines, check_cli_options, check_wire_options, class_of_status, endpoint_of,
                                  feed_stdout, find_binary, session_cost_limit, stall_limit)
 from sweep.runtimes.facts import AgentCli, RuntimeFacts
-from sweep.runtimes.mcp import check_mcp_servers, codex_mcp_tables
+from sweep.runtimes.mcp import check_mcp_servers, codex_mcp_tables, with_mcp_endpoints
 
 PACKAGE = "@openai/codex"
 PINNED_VERSION = "0.171.0"
@@ -185,7 +185,7 @@ class CodexRuntime:
         check_cli_options("codex", {k: v for k, v in options.items() if k != "mcp_servers"}, _OPTION_TYPES, EFFORTS)
         check_wire_options(options)
         if "mcp_servers" in options:
-            check_mcp_servers(options["mcp_servers"])
+            check_mcp_servers(options["mcp_servers"], remote_types=("http",))   # codex: streamable HTTP only
 
     def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
         opts = {**DEFAULTS, **(req.runtime_options or {})}
@@ -230,7 +230,7 @@ class CodexRuntime:
         watch = CodexWatch(role.budget.max_turns, cap, opts.get("prices"), opts.get("model"))
         return Invocation(argv=[exe, *common, "-s", "danger-full-access", "-"], env=env,
                           unsandboxed_argv=[exe, *common, "-s", own_sandbox, "-"], read_paths=read_paths,
-                          network="api", endpoints=endpoints,
+                          network="api", endpoints=with_mcp_endpoints(endpoints, opts),
                           stdin_path=stdin_file, state_paths=[home],
                           idle_timeout_s=stall_limit(req.runtime_options or {}, DEFAULTS, role.budget.walltime_s),
                           stdout_watch=watch.feed)

@@ -1,4 +1,4 @@
-"""MCP servers per role, from the plan: stdio servers only, started by the agent CLI inside the
+"""MCP servers per role, from the plan: stdio servers started by the agent CLI inside the
 session's sandbox, their tools admitted one by one, within what the role's manifest allows.
 
     [defaults.runtime_options.solver.mcp_servers.notes]
@@ -16,19 +16,32 @@ the permission check does); for codex the list is the server's `enabled_tools` i
 CODEX_HOME/config.toml, so the model is offered no other (measured with 0.171.0). The manifest bounds it: a role that may not execute
 (`execution.can_execute = false`) gets no server (a server's tool is code the role runs), and an
 `mcp__` tool the manifest lists must be one the plan declares (else it would silently not exist).
-A remote (http/sse) server is refused: the session's network reaches only its model endpoint,
-through the relay; a remote server would need its own entry in the relay's allow list. The
+A remote server is declared by its URL instead of a command:
+
+    [defaults.runtime_options.solver.mcp_servers.docs]
+    url = "https://mcp.example.com/mcp"    # http or https; its HOST:PORT joins the session's `api` endpoints
+    type = "http"                          # streamable HTTP (default); "sse": the older transport, claude-code only
+    tools = ["search"]
+
+Its host and port become one more endpoint of the session's `api` network (the per-endpoint relay
+every sandbox has, sweep/providers/local/network.py): the sandbox reaches that HOST:PORT and
+nothing else besides the model relay. TLS to it is end to end (the relay copies bytes), so the
+relay cannot add a header on the host side: `headers`, `oauth`, credentials in the URL's user part
+and secret-looking query parameters are refused at init (a credential there would sit inside the
+sandbox, readable by the agent's tools). The
 workspace's `.mcp.json` (claude: `--strict-mcp-config`) and `.codex/config.toml` (codex: the
 workspace is untrusted) are never read.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 from roles.spec import KEY_FAMILY_ENV, RoleSpec
 from runstate.errors import ConfigError
@@ -38,13 +51,15 @@ SERVER_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")       # no "_": mcp__<server>_
 TOOL_RE = re.compile(r"^mcp__([a-z][a-z0-9-]{0,31})__([A-Za-z0-9_.-]{1,64})$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 SERVER_KEYS = ("command", "tools", "env", "read_paths", "type")
+REMOTE_SERVER_KEYS = ("url", "type", "tools")
+REMOTE_TYPES = ("http", "sse")
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-REMOTE_KEYS = ("url", "headers", "oauth")
 RESERVED_ENV = frozenset({"PATH", "HOME", "TMPDIR", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "NODE_OPTIONS"})
 SECRET_NAME_RE = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
 SECRET_VALUE_RE = re.compile(r"^(sk-|ghp_|gho_|github_pat_|xox[abp]-|AKIA|glpat-)")
-REMOTE_WHY = ("remote (http/sse) MCP servers are not supported: a session's network reaches only its model "
-              "endpoint, through the relay, and a remote server would need its own entry in the relay's allow list")
+NO_HEADERS_WHY = ("the sandbox's relay to a remote MCP server is a TCP relay with TLS end to end, so it cannot add "
+                  "a header on the host side; a header (or OAuth token) given to the CLI would sit inside the sandbox, "
+                  "where the agent's tools can read it and send it anywhere its output goes")
 FIELD = "runtime_options.mcp_servers"
 
 
@@ -61,9 +76,10 @@ def resolve_program(program: str) -> str | None:
     return os.path.realpath(path)
 
 
-def check_mcp_servers(servers: object) -> None:
+def check_mcp_servers(servers: object, remote_types: tuple[str, ...] = REMOTE_TYPES) -> None:
     """ConfigError naming `runtime_options.mcp_servers.<name>.<key>` unless every server is a
-    stdio server sweep can start: a safe name, a resolvable program, plain-string env, no remote."""
+    stdio server sweep can start (a safe name, a resolvable program, plain-string env) or a remote
+    one by URL, of a transport the runtime's CLI speaks (`remote_types`), carrying no credential."""
     if not isinstance(servers, dict) or not servers:
         raise _bad(None, None, "mcp_servers must be a table of servers by name, e.g. "
                    "mcp_servers.notes = {command = [\"python3\", \"/opt/notes.py\"]}")
@@ -73,23 +89,83 @@ def check_mcp_servers(servers: object) -> None:
                        "at most 32 characters (its tools are called mcp__<name>__<tool>)")
         if not isinstance(server, dict):
             raise _bad(name, None, "an MCP server must be a table with a command")
-        remote = [k for k in REMOTE_KEYS if k in server]
-        if remote or server.get("type", "stdio") != "stdio":
-            raise _bad(name, remote[0] if remote else "type", REMOTE_WHY, hint="run the server over stdio: command = [...]")
+        if "url" in server or server.get("type", "stdio") in REMOTE_TYPES:
+            _check_remote(name, server, remote_types)
+            continue
+        if server.get("type", "stdio") != "stdio":
+            raise _bad(name, "type", f"type must be \"stdio\" (with command) or one of {', '.join(REMOTE_TYPES)} "
+                       "(with url)")
         unknown = sorted(set(server) - set(SERVER_KEYS))
         if unknown:
             raise _bad(name, unknown[0], f"unknown MCP server key {unknown[0]!r}; known: {', '.join(SERVER_KEYS)}"
                        + (" (put the arguments in command)" if "args" in unknown else ""))
         _check_command(name, server.get("command"))
-        tools = server.get("tools")
-        if (not isinstance(tools, list) or not tools or len(set(map(str, tools))) != len(tools)
-                or not all(isinstance(t, str) and TOOL_NAME_RE.match(t) for t in tools)):
-            raise _bad(name, "tools", "tools must list the server's tools the session may call, each once "
-                       "(names such as \"search\"; each becomes mcp__<server>__<tool>)")
+        _check_tools(name, server.get("tools"))
         _check_env(name, server.get("env", {}))
         paths = server.get("read_paths", [])
         if not isinstance(paths, list) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
             raise _bad(name, "read_paths", "read_paths must be a list of absolute paths")
+
+
+def _check_tools(name: str, tools: object) -> None:
+    if (not isinstance(tools, list) or not tools or len(set(map(str, tools))) != len(tools)
+            or not all(isinstance(t, str) and TOOL_NAME_RE.match(t) for t in tools)):
+        raise _bad(name, "tools", "tools must list the server's tools the session may call, each once "
+                   "(names such as \"search\"; each becomes mcp__<server>__<tool>)")
+
+
+def _check_remote(name: str, server: dict, remote_types: tuple[str, ...]) -> None:
+    """A remote server: a URL the session's relay can reach, a transport the CLI speaks, no credential."""
+    for key in ("headers", "oauth"):
+        if key in server:
+            raise _bad(name, key, f"{key} are not supported for a remote MCP server: {NO_HEADERS_WHY}",
+                       hint="use a server that needs no credential, or run it over stdio with a non-secret setting")
+    unknown = sorted(set(server) - set(REMOTE_SERVER_KEYS))
+    if unknown:
+        raise _bad(name, unknown[0], f"a remote MCP server takes only {', '.join(REMOTE_SERVER_KEYS)}, not "
+                   f"{unknown[0]!r} (a server is either command = [...] or url = \"...\")")
+    kind = server.get("type", "http")
+    if kind not in remote_types:
+        raise _bad(name, "type", f"type {kind!r}: this runtime's CLI connects to remote MCP servers over "
+                   f"{' or '.join(remote_types)} only" + (" (streamable HTTP: type = \"http\")" if kind == "sse" else ""))
+    url = server.get("url")
+    parts = urlsplit(url) if isinstance(url, str) and len(url) <= 2048 else None
+    try:
+        _ = parts.port if parts is not None else None      # a bad port raises here
+    except ValueError:
+        parts = None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment
+            or any(c.isspace() for c in str(url))):
+        raise _bad(name, "url", "url must be an http:// or https:// URL of the server, such as https://mcp.example.com/mcp")
+    if parts.username is not None or parts.password is not None:
+        raise _bad(name, "url", f"url carries credentials in its user part: {NO_HEADERS_WHY}")
+    if any(SECRET_NAME_RE.search(k) or SECRET_VALUE_RE.match(v) for k, v in parse_qsl(parts.query)):
+        raise _bad(name, "url", f"url carries what looks like a secret in its query: {NO_HEADERS_WHY}")
+    try:
+        address = ipaddress.ip_address(parts.hostname)
+    except ValueError:
+        address = None
+    if address is not None and not (address.version == 4 and address.is_loopback):
+        raise _bad(name, "url", f"url names the address {parts.hostname}: the sandbox reaches a remote server by "
+                   "its host name (only a name or a 127.x.y.z address can be listened on inside)")
+    _check_tools(name, server.get("tools"))
+
+
+def is_remote(server: dict) -> bool:
+    return "url" in server
+
+
+def with_mcp_endpoints(endpoints: list[str], options: dict) -> list[str]:
+    """A session's `api` endpoints plus the HOST:PORT of each of the plan's remote servers, once
+    each: the sandbox's relay then reaches those and nothing else."""
+    out = list(endpoints)
+    for server in (options.get("mcp_servers") or {}).values():
+        if is_remote(server):
+            parts = urlsplit(server["url"])
+            entry = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+            if entry not in out:
+                out.append(entry)
+    return out
 
 
 def _check_command(name: str, command: object) -> None:
@@ -115,6 +191,20 @@ def _check_env(name: str, env: object) -> None:
             raise _bad(name, "env", f"env {key} looks like a secret: a plan never holds one by value, and "
                        "an MCP server gets none (the session's sandbox holds no key)",
                        hint="give the server a non-secret setting, or leave the credential to the relay")
+
+
+def servers_down(down: list[str], servers: dict) -> str:
+    """The evidence of a session whose plan servers did not connect (`down`: "name: status")."""
+    remote = [d for d in down if is_remote(servers.get(d.partition(":")[0], {}))]
+    local = [d for d in down if d not in remote]
+    parts = []
+    if local:
+        parts.append(f"the plan's MCP server(s) did not start in the sandbox ({', '.join(local)}): "
+                     "its program and files must be readable there (command, read_paths)")
+    if remote:
+        parts.append(f"the plan's remote MCP server(s) could not be reached from the sandbox ({', '.join(remote)}): "
+                     "the relay connects to the url's HOST:PORT from this host; it must answer there (url, type)")
+    return "; ".join(parts)
 
 
 def allowed_mcp_tools(options: dict) -> list[str]:
@@ -164,6 +254,8 @@ class StdioServer:
 def stdio_servers(servers: dict) -> list[StdioServer]:
     out = []
     for name, server in servers.items():
+        if is_remote(server):
+            continue
         command = list(server["command"])
         program = resolve_program(command[0])
         if program is None:
@@ -177,7 +269,11 @@ def stdio_servers(servers: dict) -> list[StdioServer]:
 def write_mcp_config(servers: dict, path: Path) -> list[Path]:
     """Write claude's `--mcp-config` file (0600) and return the host paths the servers must read."""
     started = stdio_servers(servers)
-    config = {s.name: {"type": "stdio", "command": s.program, "args": s.args, "env": s.env} for s in started}
+    config: dict[str, dict] = {s.name: {"type": "stdio", "command": s.program, "args": s.args, "env": s.env}
+                               for s in started}
+    for name, server in servers.items():
+        if is_remote(server):     # reached through the sandbox's relay to its HOST:PORT (mcp_endpoints)
+            config[name] = {"type": server.get("type", "http"), "url": server["url"]}
     write_atomic(path, (json.dumps({"mcpServers": config}, indent=2, sort_keys=True) + "\n").encode())
     return [p for s in started for p in s.reads]
 
@@ -197,4 +293,8 @@ def codex_mcp_tables(servers: dict) -> tuple[str, list[Path]]:
         tables.append(f"[mcp_servers.{q(s.name)}]\ncommand = {q(s.program)}\n"
                       f"args = [{', '.join(map(q, s.args))}]\nenv = {{ {env} }}\n"
                       f"enabled_tools = [{', '.join(map(q, s.tools))}]\nrequired = true\n")
+    for name, server in servers.items():
+        if is_remote(server):     # streamable HTTP, through the sandbox's relay to its HOST:PORT
+            tables.append(f"[mcp_servers.{q(name)}]\nurl = {q(server['url'])}\n"
+                          f"enabled_tools = [{', '.join(map(q, server['tools']))}]\nrequired = true\n")
     return "\n".join(tables), [p for s in started for p in s.reads]

@@ -80,6 +80,10 @@ class ExecSpec:
     # Called with each chunk of (redacted) stdout as it arrives; a non-empty return value stops the
     # process group and is reported as `stopped`. How sweep enforces caps a CLI cannot apply itself.
     stdout_watch: Callable[[bytes], str | None] | None = None
+    # Called about once a second while the process runs, output or not; a non-empty return value
+    # stops it like stdout_watch's (an injected fault that waits for the CLI to write its state).
+    # The local provider calls it; the others only see stdout_watch.
+    stop_poll: Callable[[], str | None] | None = None
     # A fixed view: host directory -> the path the sandbox shows it at (the repository at /app, as
     # the task container's WORKDIR). Every bound path under one, the working directory, argv and
     # environment values naming one are shown there, so no host path, campaign or run id is seen.

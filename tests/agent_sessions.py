@@ -51,7 +51,7 @@ def workspace_for(tmp_path: Path, role: str) -> Path:
 
 def run_agent(tmp_path: Path, role: str | RoleSpec, runtime: str, options: dict, *, prompt: str = "do the task",
               secrets: dict | None = None, workspace: Path | None = None, isolation: str = "bwrap",
-              session_name: str = "0001", limits=None):
+              session_name: str = "0001", limits=None, resume=None, stop_after_tool_calls=None):
     if isinstance(role, str):
         spec, sha = shipped(role)
     else:
@@ -65,7 +65,8 @@ def run_agent(tmp_path: Path, role: str | RoleSpec, runtime: str, options: dict,
         secrets = {name: key}
     req = SessionRequest(role=spec, manifest_sha256=sha, runtime=runtime, runtime_options=options,
                          workspace=ws, session_dir=tmp_path / "run" / "sessions" / f"{session_name}-{spec.name}",
-                         prompt=prompt, inputs={}, secrets=secrets, limits=limits)
+                         prompt=prompt, inputs={}, secrets=secrets, limits=limits, resume=resume,
+                         stop_after_tool_calls=stop_after_tool_calls)
     return run_session(req, LocalProvider(isolation=isolation, kill_grace_s=1.0)), req
 
 

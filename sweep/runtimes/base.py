@@ -48,6 +48,28 @@ def session_reservation(runtime: str, role_cap_usd: float | None, plan_reservati
     return 0.0
 
 
+@dataclass(frozen=True)
+class ResumeFrom:
+    """An earlier session of the same runtime that this one continues: its conversation (the CLI's
+    own transcript), not only the workspace it left. Read from that session's result with
+    `resume_point`; only a runtime whose facts say `resumable` takes one."""
+    session_id: str                       # the CLI's id of it (claude's session id, codex's thread id)
+    state_dir: Path                       # the CLI state directory holding its transcript (kept)
+    session_dir: Path                     # the earlier session's own records (provenance)
+
+
+def resume_point(result: SessionResult, session_dir: Path) -> ResumeFrom | None:
+    """Where the session that ended with `result` (recorded in `session_dir`) can be continued
+    from, as its runtime recorded it (`report.resume`: its id and state directory), or None."""
+    resume = (result.report or {}).get("resume")
+    if not isinstance(resume, dict):
+        return None
+    sid, state = resume.get("session_id"), resume.get("state_dir")
+    if not (isinstance(sid, str) and sid and isinstance(state, str) and Path(state).is_dir()):
+        return None
+    return ResumeFrom(session_id=sid, state_dir=Path(state), session_dir=Path(session_dir))
+
+
 @dataclass
 class SessionRequest:
     role: RoleSpec
@@ -66,6 +88,12 @@ class SessionRequest:
     # set by run_session when the session is relayed (sweep/runtimes/wire): the base URL the CLI
     # must use, the sandbox endpoint that reaches the relay, the placeholder key
     wire: Any = None
+    # continue that earlier session's conversation (its CLI state directory and id) with `prompt`
+    # as the next message, instead of starting a new one (a runtime whose facts say `resumable`)
+    resume: ResumeFrom | None = None
+    # an injected fault: the session is stopped when its stream reports this many completed tool
+    # calls (a runtime whose facts say `counts_tool_calls`); the result's `fault` says when
+    stop_after_tool_calls: int | None = None
 
 
 @dataclass
@@ -85,6 +113,8 @@ class SessionResult:
     manifest_sha256: str = ""
     isolation: str = ""                   # what enforced the sandbox: "bwrap" | "none"
     network: str = ""                     # the network mode in force: "none" | "api" | "host"
+    # the injected fault that stopped it (stop_after_tool_calls): {"after_tool_calls", "tool_calls", "at"}
+    fault: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -148,6 +178,9 @@ class Invocation:
                                           # session (codex then keeps its own sandbox on)
     idle_timeout_s: float | None = None   # no stdout for this long = the CLI stalled (outage)
     stdout_watch: Any = None              # called with stdout chunks; a returned reason stops the session
+    # with req.stop_after_tool_calls: the completed tool calls the live stream has reported so far
+    # (read after each stdout chunk the watch above was given; set by runtimes that count them)
+    tool_calls: Callable[[], int] | None = None
 
 
 @dataclass

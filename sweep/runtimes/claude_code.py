@@ -127,7 +127,8 @@ class ClaudeCodeRuntime:
     facts = RuntimeFacts(paid=True, host_only=False, protocol_classified=True, key_families=("anthropic",),
                          default_endpoint=DEFAULT_ENDPOINT, cost="metered", wire_protocol="anthropic",
                          cli=AgentCli(PACKAGE, PINNED_VERSION, SUPPORTED_RANGE, str(DEFAULTS["binary"]),
-                                      find=find_binary, install_root=install_root))
+                                      find=find_binary, install_root=install_root),
+                         resumable=True, counts_tool_calls=True)
 
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         # --tools restricts the built-in set, --max-turns and --max-budget-usd are the CLI's own
@@ -146,9 +147,12 @@ class ClaudeCodeRuntime:
             raise ConfigError(f"the claude CLI ({opts['binary']!r}) is not installed or not executable",
                               field="runtime_options.binary",
                               hint=f"npm install -g {PACKAGE}@{PINNED_VERSION}")
-        session_id = str(uuid.uuid4())
         tools, allowed = tools_flags(role.tools, allowed_mcp_tools(opts))
-        argv = [exe, "-p", "--output-format", "stream-json", "--verbose", "--session-id", session_id,
+        # a resumed session goes on in the earlier one's transcript (same id, same config dir, and
+        # the same working directory: claude keys its transcripts by it); the flags are given
+        # again, since claude keeps none of them with the transcript
+        session_flag = ["--resume", req.resume.session_id] if req.resume else ["--session-id", str(uuid.uuid4())]
+        argv = [exe, "-p", "--output-format", "stream-json", "--verbose", *session_flag,
                 "--append-system-prompt-file", str(files.instructions),
                 "--tools", tools, "--allowedTools", allowed, "--permission-mode", "dontAsk",
                 "--setting-sources", "user", "--strict-mcp-config"]
@@ -169,7 +173,7 @@ class ClaudeCodeRuntime:
             argv += ["--model", opts["model"]]
         if opts.get("effort"):
             argv += ["--effort", opts["effort"]]
-        config_dir = files.session_dir / CONFIG_DIR_NAME
+        config_dir = config_dir_of(req, files)
         env = {
             "CLAUDE_CONFIG_DIR": str(config_dir),
             "CLAUDE_CODE_MAX_RETRIES": str(opts["max_retries"]),
@@ -188,10 +192,13 @@ class ClaudeCodeRuntime:
             if opts.get("base_url"):
                 env["ANTHROPIC_BASE_URL"] = opts["base_url"]
             endpoints = [api_endpoint(opts.get("base_url"))]
+        watch = ClaudeStream() if req.stop_after_tool_calls is not None else None
         return Invocation(argv=argv, env=env, read_paths=read_paths,
                           network="api", endpoints=with_mcp_endpoints(endpoints, opts), stdin_path=files.prompt,
                           state_paths=[config_dir], sandbox_env={"IS_SANDBOX": "1"},
-                          idle_timeout_s=stall_limit(req.runtime_options or {}, DEFAULTS, role.budget.walltime_s))
+                          idle_timeout_s=stall_limit(req.runtime_options or {}, DEFAULTS, role.budget.walltime_s),
+                          stdout_watch=watch.feed_chunk if watch else None,
+                          tool_calls=(lambda: watch.tool_results) if watch else None)
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
         stream = ClaudeStream()
@@ -205,14 +212,22 @@ class ClaudeCodeRuntime:
             parsed = replace(parsed, ok=False, failure_class="config", reason="mcp_server_failed",
                              evidence=servers_down(down, (req.runtime_options or {}).get("mcp_servers") or {}))
         report = stream.provenance()
-        report["config_dir"] = str(files.session_dir / CONFIG_DIR_NAME)
+        report["config_dir"] = str(config_dir_of(req, files))
+        if req.resume is not None:
+            report["resumed_from"] = {"session_id": req.resume.session_id,
+                                      "session_dir": str(req.resume.session_dir)}
         if stream.session_id:
             # claude keys its transcripts by the working directory: resumed elsewhere, it finds none
             report["resume"] = {"session_id": stream.session_id, "config_dir": report["config_dir"],
-                                "cwd": str(Path(req.workspace).resolve()),
+                                "state_dir": report["config_dir"], "cwd": str(Path(req.workspace).resolve()),
                                 "how": "cd <cwd> && CLAUDE_CONFIG_DIR=<config_dir> claude --resume <session_id>"}
         parsed.report = report
         return parsed
+
+
+def config_dir_of(req: SessionRequest, files: SessionFiles) -> Path:
+    """The session's CLAUDE_CONFIG_DIR: its own, or the resumed session's (which holds the transcript)."""
+    return req.resume.state_dir if req.resume is not None else files.session_dir / CONFIG_DIR_NAME
 
 
 @dataclass
@@ -229,6 +244,15 @@ class ClaudeStream(JsonLines):
     retries: list[dict] = field(default_factory=list)
     result: ResultEvent | None = None
     last_type: str | None = None
+    tool_results: int = 0                 # completed tool calls: tool_result blocks the CLI sent back
+    _partial: bytes = b""
+
+    def feed_chunk(self, chunk: bytes) -> None:
+        """The live stream, as stdout chunks come (a watch: it never stops the session itself)."""
+        self._partial += chunk
+        *lines, self._partial = self._partial.split(b"\n")
+        for line in lines:
+            self.feed_line(line)
 
     def feed_line(self, raw: bytes | str) -> None:
         event = self.event_of(raw)
@@ -254,6 +278,11 @@ class ClaudeStream(JsonLines):
             err = event.get("error")
             if isinstance(err, str):
                 self.assistant_errors.append(err[:64])
+        elif kind == "user":
+            message = event.get("message")
+            content = message.get("content") if isinstance(message, dict) else None
+            self.tool_results += sum(1 for block in content if isinstance(block, dict)
+                                     and block.get("type") == "tool_result") if isinstance(content, list) else 0
         elif kind == "result":
             self.result = ResultEvent.read(event)
             self.session_id = self.result.session_id or self.session_id
@@ -263,6 +292,7 @@ class ClaudeStream(JsonLines):
         return {
             "runtime": "claude-code", "cli_version": self.cli_version, "model": self.model,
             "session_id": self.session_id, "permission_mode": self.permission_mode, "tools": self.tools,
+            "tool_calls": self.tool_results,
             "mcp_servers": self.mcp_status,
             "num_turns": r.num_turns, "total_cost_usd": r.total_cost_usd,
             "usage": {k: r.usage[k] for k in USAGE_KEPT if k in r.usage},

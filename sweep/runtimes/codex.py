@@ -57,6 +57,7 @@ DEFAULTS = {"max_retries": 1, "stall_s": 600.0, "binary": "codex"}
 _OPTION_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "effort": str, "base_url": str, "max_retries": int, "stall_s": (int, float),
                  "binary": str, "prices": dict, "ca_file": str, "mcp_servers": dict}
 STEP_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search", "agent_message"}
+TOOL_ITEMS = STEP_ITEMS - {"agent_message"}
 _STATUS_RE = re.compile(r"\b(?:status:?|status code:?)\s*(\d{3})\b|\b(\d{3}) (?:Too Many Requests|Unauthorized|"
                         r"Forbidden|Internal Server Error|Bad Gateway|Service Unavailable|Gateway Timeout)\b")
 RECONNECTS_BEFORE_OUTAGE = 3
@@ -168,13 +169,19 @@ def resume_argv(exe: str, opts: dict, thread_id: str) -> list[str]:
             "-c", 'sandbox_mode="workspace-write"', thread_id, "-"]
 
 
+def home_of(req: SessionRequest, files: SessionFiles) -> Path:
+    """The session's CODEX_HOME: its own, or the resumed session's (which holds the thread)."""
+    return req.resume.state_dir if req.resume is not None else files.session_dir / HOME_NAME
+
+
 class CodexRuntime:
     name = "codex"
     # the Responses API: relayed, and its cost metered at the wire (sweep/runtimes/wire)
     facts = RuntimeFacts(paid=True, host_only=False, protocol_classified=True, key_families=("openai",),
                          default_endpoint=DEFAULT_ENDPOINT, cost="metered", wire_protocol="openai",
                          cli=AgentCli(PACKAGE, PINNED_VERSION, SUPPORTED_RANGE, str(DEFAULTS["binary"]),
-                                      find=native_binary, install_root=package_root))
+                                      find=native_binary, install_root=package_root),
+                         resumable=True, counts_tool_calls=True)
 
     def capabilities(self, options: dict) -> RuntimeCapabilities:
         # no tool list; turns and cost are enforced by sweep (see the module docstring)
@@ -194,7 +201,7 @@ class CodexRuntime:
         if exe is None:
             raise ConfigError(f"the codex CLI ({opts['binary']!r}) or its native binary is not installed",
                               field="runtime_options.binary", hint=f"npm install -g {PACKAGE}@{PINNED_VERSION}")
-        home = files.session_dir / HOME_NAME
+        home = home_of(req, files)
         workspace = str(Path(req.workspace).resolve())
         env = {"CODEX_HOME": str(home)}
         # the plan's stdio MCP servers (sweep/runtimes/mcp.py): codex's children, in its sandbox
@@ -208,32 +215,42 @@ class CodexRuntime:
         else:
             wire_opts = opts
             endpoints = [endpoint_of(opts.get("base_url") or DEFAULT_ENDPOINT)]
-        common = ["exec", "--json", "--skip-git-repo-check", "-C", workspace, "-o", output_path,
-                  *model_flags(wire_opts)]
+        # `exec resume` takes no -C (it runs in the workspace, as the thread did) and no -s
+        where = [] if req.resume is not None else ["-C", workspace]
+        flags = ["--json", "--skip-git-repo-check", *where, "-o", output_path, *model_flags(wire_opts)]
         read_paths = [package_root(exe), *mcp_reads]
         if role.output_schema is not None:
             strict = files.session_dir / "output_schema.strict.json"
             strict.write_text(json.dumps(strict_schema(role.output_schema), indent=2))
             os.chmod(strict, 0o600)
-            common += ["--output-schema", str(strict)]
+            flags += ["--output-schema", str(strict)]
             read_paths.append(strict)
-        # codex has no flag for standing instructions (and AGENTS.md would live in the untrusted
-        # workspace): the role's instructions head the prompt it reads on stdin
-        stdin_file = files.session_dir / "codex-prompt.md"
-        stdin_file.write_bytes(b"# Your role\n\n" + role.instructions.encode() + b"\n\n# Your task\n\n"
-                               + files.prompt.read_bytes())
-        os.chmod(stdin_file, 0o600)
         own_sandbox = "read-only" if role.read_only else "workspace-write"
+        if req.resume is not None:
+            # `exec resume` goes on in the kept thread (its CODEX_HOME, the same workspace), the
+            # sandbox mode a config value; the role's instructions are already in the thread: the
+            # prompt is the next message
+            stdin_file = files.prompt
+            argv = [exe, "exec", "resume", *flags, "-c", 'sandbox_mode="danger-full-access"', req.resume.session_id, "-"]
+            unsandboxed = [exe, "exec", "resume", *flags, "-c", f'sandbox_mode="{own_sandbox}"', req.resume.session_id, "-"]
+        else:
+            # codex has no flag for standing instructions (and AGENTS.md would live in the untrusted
+            # workspace): the role's instructions head the prompt it reads on stdin
+            stdin_file = files.session_dir / "codex-prompt.md"
+            stdin_file.write_bytes(b"# Your role\n\n" + role.instructions.encode() + b"\n\n# Your task\n\n"
+                                   + files.prompt.read_bytes())
+            os.chmod(stdin_file, 0o600)
+            argv = [exe, "exec", *flags, "-s", "danger-full-access", "-"]
+            unsandboxed = [exe, "exec", *flags, "-s", own_sandbox, "-"]
         # a relayed session's cost is bound at the wire (the relay refuses past the limit); codex's
         # own events only price it when it is not relayed
         cap = None if req.wire is not None else session_cost_limit(role.budget.cost_cap_usd, req.cost_limit_usd)
         watch = CodexWatch(role.budget.max_turns, cap, opts.get("prices"), opts.get("model"))
-        return Invocation(argv=[exe, *common, "-s", "danger-full-access", "-"], env=env,
-                          unsandboxed_argv=[exe, *common, "-s", own_sandbox, "-"], read_paths=read_paths,
+        return Invocation(argv=argv, env=env, unsandboxed_argv=unsandboxed, read_paths=read_paths,
                           network="api", endpoints=with_mcp_endpoints(endpoints, opts),
                           stdin_path=stdin_file, state_paths=[home],
                           idle_timeout_s=stall_limit(req.runtime_options or {}, DEFAULTS, role.budget.walltime_s),
-                          stdout_watch=watch.feed)
+                          stdout_watch=watch.feed, tool_calls=lambda: watch.stream.tool_calls)
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
         options = req.runtime_options or {}
@@ -248,10 +265,15 @@ class CodexRuntime:
         parsed = classify_codex(stream, outcome, output)
         opts = {**DEFAULTS, **(req.runtime_options or {})}
         exe = native_binary(opts["binary"]) or opts["binary"]
-        parsed.report = {**stream.provenance(), "codex_home": str(files.session_dir / HOME_NAME),
+        parsed.report = {**stream.provenance(), "codex_home": str(home_of(req, files)),
                          "cli_version": cli_version(exe), "model": opts.get("model")}
+        if req.resume is not None:
+            parsed.report["resumed_from"] = {"session_id": req.resume.session_id,
+                                             "session_dir": str(req.resume.session_dir)}
         if stream.thread_id:
-            parsed.report["resume"] = {"thread_id": stream.thread_id, "codex_home": parsed.report["codex_home"],
+            parsed.report["resume"] = {"thread_id": stream.thread_id, "session_id": stream.thread_id,
+                                       "codex_home": parsed.report["codex_home"],
+                                       "state_dir": parsed.report["codex_home"],
                                        "cwd": str(Path(req.workspace).resolve()),
                                        "argv": resume_argv(exe, opts, stream.thread_id),
                                        "how": "CODEX_HOME=<codex_home> <argv> in <cwd>, the next prompt on stdin"}
@@ -264,6 +286,7 @@ class CodexStream(JsonLines):
     model: str | None = None              # the model asked for (codex's events do not name it)
     thread_id: str | None = None
     steps: int = 0
+    tool_calls: int = 0                   # completed tool items (a command, a file change, an MCP call)
     turns_completed: int = 0
     usage: dict = field(default_factory=lambda: {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0})
     failures: list[str] = field(default_factory=list)   # turn.failed / error messages (the CLI's own)
@@ -284,6 +307,7 @@ class CodexStream(JsonLines):
             item_type, item_text = item.get("type"), item.get("text")
             if isinstance(item_type, str) and item_type in STEP_ITEMS:
                 self.steps += 1
+                self.tool_calls += item_type in TOOL_ITEMS
             if item_type == "agent_message" and isinstance(item_text, str):
                 self.final_text = item_text[:2000]
         elif kind == "turn.completed":
@@ -306,7 +330,7 @@ class CodexStream(JsonLines):
         return cost_of(self.usage, self.prices, self.model)
 
     def provenance(self) -> dict:
-        return {"runtime": "codex", "thread_id": self.thread_id, "steps": self.steps,
+        return {"runtime": "codex", "thread_id": self.thread_id, "steps": self.steps, "tool_calls": self.tool_calls,
                 "turns_completed": self.turns_completed, "usage": dict(self.usage), "cost_usd": self.cost_usd,
                 "priced": self.prices is not None, "failures": self.failures[-5:], "reconnects": self.reconnects,
                 "final_text": self.final_text, "events": self.events, "bad_lines": self.bad_lines}

@@ -57,6 +57,13 @@ class RuntimeFacts:
     # which holds the key and measures the cost ("metered"); None: not relayed
     wire_protocol: str | None = None
     grant_hint: str | None = None       # how a plan gives it a capability it lacks ("{what}": the placeholder)
+    # it can continue an earlier session's conversation (SessionRequest.resume: its CLI keeps a
+    # transcript in a state directory and takes an id to go on from); False: a caller that wanted
+    # to resume starts a new session instead, and says so
+    resumable: bool = False
+    # its live stream says when a tool call completed, so a fault can stop the session after the
+    # N-th (SessionRequest.stop_after_tool_calls)
+    counts_tool_calls: bool = False
 
     def __post_init__(self) -> None:
         if self.cost not in COST_SOURCES:

@@ -89,6 +89,7 @@ def _preflight(req: SessionRequest) -> tuple[Path, Path, list[str]]:
     if _is_within(session_dir, workspace) or _is_within(workspace, session_dir):
         raise ConfigError("the session directory must be outside the workspace (and not contain it)",
                           path=session_dir, field="session_dir")
+    _check_resume_and_fault(req, workspace, session_dir)
     secrets: list[str] = []
     for name, path in (req.secrets or {}).items():
         if name not in role.env_allowlist:
@@ -101,6 +102,62 @@ def _preflight(req: SessionRequest) -> tuple[Path, Path, list[str]]:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"session inputs are not JSON-able: {exc}", field="inputs") from None
     return workspace, session_dir, secrets
+
+
+def _check_resume_and_fault(req: SessionRequest, workspace: Path, session_dir: Path) -> None:
+    """A resumed session: a runtime that can resume, an earlier session's kept state directory
+    (outside the workspace, and not this session's own); a fault: a runtime that counts tool calls."""
+    facts = facts_of(req.runtime)
+    if req.resume is not None:
+        if not facts.resumable:
+            raise ConfigError(f"runtime {req.runtime!r} cannot resume a session (its facts say resumable=False): "
+                              "start a new one", field="resume")
+        state = Path(req.resume.state_dir).resolve()
+        if not state.is_dir() or _is_within(state, workspace) or _is_within(workspace, state) \
+                or _is_within(state, session_dir):
+            raise ConfigError("the resumed session's state directory must be an existing directory outside "
+                              "the workspace and this session's directory", path=state, field="resume.state_dir")
+    n = req.stop_after_tool_calls
+    if n is not None and (not facts.counts_tool_calls or isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ConfigError(f"stop_after_tool_calls needs an integer >= 1 and a runtime whose stream counts tool "
+                          f"calls ({req.runtime!r}: counts_tool_calls={facts.counts_tool_calls})",
+                          field="stop_after_tool_calls")
+
+
+FAULT_STOP = "fault"
+# The agent CLIs write their transcript a little behind their stream (claude 2.1.197 by up to ~0.1 s,
+# measured): the fault stops the session this long after its N-th completed tool call, so what it
+# resumes from holds that call.
+FAULT_SETTLE_S = 0.5
+
+
+@dataclass
+class _FaultWatch:
+    """stop_after_tool_calls on the live stream: the runtime's own watch first, then the count of
+    completed tool calls its stream reported; once the N-th is seen (its time is the fault's), the
+    session is stopped FAULT_SETTLE_S later, by the provider's poll or the next stdout chunk."""
+    inner: Any
+    tool_calls: Any
+    after: int
+    at: float | None = None
+    seen: int = 0
+
+    def feed(self, chunk: bytes) -> str | None:
+        reason = self.inner(chunk) if self.inner is not None else None
+        if reason:
+            return reason
+        self.seen = self.tool_calls()
+        if self.at is None and self.seen >= self.after:
+            self.at = time.time()
+        return self.due()
+
+    def due(self) -> str | None:
+        if self.at is None or time.time() < self.at + FAULT_SETTLE_S:
+            return None
+        return f"{FAULT_STOP}: an injected fault after {self.seen} completed tool call(s) (asked: {self.after})"
+
+    def record(self) -> dict | None:
+        return None if self.at is None else {"after_tool_calls": self.after, "tool_calls": self.seen, "at": self.at}
 
 
 def run_session(req: SessionRequest, provider) -> SessionResult:
@@ -163,6 +220,8 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
         _fail_on_bound(result, outcome, unsafe, secrets)
     if relay is not None:
         _settle_from_wire(result, parsed, relay)
+    if launch is not None and launch.fault is not None and (outcome.stopped or "").startswith(FAULT_STOP):
+        result.fault = launch.fault.record()
     record = asdict(result)
     record.update({
         "role": role.name, "runtime": req.runtime, "rc": outcome.rc, "signal": outcome.signal,
@@ -174,6 +233,8 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
         "limit_hit": outcome.limit_hit, "limits_enforced": outcome.limits_enforced,
         "transcript": {"stdout": files.stdout.name, "stderr": files.stderr.name},
         "wire": relay.summary() if relay is not None else None,
+        "resumed_from": {"session_id": req.resume.session_id, "session_dir": str(req.resume.session_dir),
+                         "state_dir": str(req.resume.state_dir)} if req.resume is not None else None,
     })
     write_atomic(files.result, _dump(SessionRecord.model_validate(redactor.scrub_obj(record)).for_disk()))
     return result
@@ -207,6 +268,7 @@ class _Launch:
     secret_env: dict[str, Any]
     network: str
     state_paths: list[Path]
+    fault: _FaultWatch | None = None
 
 
 def _plan_launch(req: SessionRequest, runtime, files: SessionFiles, channel, provider, relay) -> _Launch:
@@ -228,8 +290,14 @@ def _plan_launch(req: SessionRequest, runtime, files: SessionFiles, channel, pro
     state_paths = [Path(p) for p in invocation.state_paths]
     for path in state_paths:
         make_private_dir(path)
+    fault = None
+    if req.stop_after_tool_calls is not None:
+        if invocation.tool_calls is None:
+            raise ConfigError(f"runtime {req.runtime!r} gave no tool-call count for stop_after_tool_calls",
+                              field="stop_after_tool_calls")
+        fault = _FaultWatch(invocation.stdout_watch, invocation.tool_calls, req.stop_after_tool_calls)
     return _Launch(invocation=invocation, argv=argv, env=env, passthrough=passthrough, secret_env=secret_env,
-                   network=network, state_paths=state_paths)
+                   network=network, state_paths=state_paths, fault=fault)
 
 
 def _launch_record(req: SessionRequest, launch: _Launch, workspace: Path, write_roots: list[Path], provider,
@@ -264,7 +332,9 @@ def _exec_spec(req: SessionRequest, launch: _Launch, workspace: Path, write_root
         limits=req.limits or DEFAULT_LIMITS, env=launch.env, env_passthrough=launch.passthrough,
         secret_env=launch.secret_env, stdout_path=files.stdout, stderr_path=files.stderr,
         pass_fds=(channel.fd,), stdin_path=invocation.stdin_path,
-        idle_timeout_s=invocation.idle_timeout_s, stdout_watch=invocation.stdout_watch)
+        idle_timeout_s=invocation.idle_timeout_s,
+        stdout_watch=launch.fault.feed if launch.fault is not None else invocation.stdout_watch,
+        stop_poll=launch.fault.due if launch.fault is not None else None)
 
 
 def _close_session(provider, channel, relay, redactor: Redactor, files: SessionFiles, state_paths: list[Path]) -> None:
@@ -379,6 +449,9 @@ def _compose(req: SessionRequest, outcome: ExecResult, parsed: Parsed, bad: list
         parsed.report = {**(parsed.report or {}), "usage_anomalies": anomalies}
     if outcome.launch_error:
         status, cls, reason, evidence = "failed", "config", "launch_error", outcome.launch_error
+    elif (outcome.stopped or "").startswith(FAULT_STOP):
+        # stopped by the caller's injected fault (stop_after_tool_calls): not the agent's doing
+        status, cls, reason, evidence = "failed", "failure", "fault", f"stopped by {outcome.stopped}"
     elif outcome.timed_out and facts_of(req.runtime).protocol_classified:
         # an agent CLI's stream is full of tool and model text: only its parser's reading of the
         # protocol may say "outage" (e.g. the last event was an API retry), never a regex over it

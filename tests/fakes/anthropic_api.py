@@ -15,7 +15,8 @@ answer. Steps:
 A script may instead fail every request: `error(status, type, message)` (429, 529, 500, 401,
 billing, ...), or `stall=True` (the request is accepted and never answered).
 Requests without tools (the CLI's own side requests) get a short text answer.
-Every request is logged (`requests`) without its headers' secret values, for assertions.
+Every request is logged (`requests`) without its headers' secret values, for assertions, with the
+session id the CLI names in its `X-Claude-Code-Session-Id` header (a resumed session keeps its id).
 """
 from __future__ import annotations
 
@@ -87,7 +88,8 @@ class FakeAnthropic(FakeSSEServer):
         record = {"route": route, "endpoint": endpoint, "tools": tools, "step": step, "at": time.time(),
                   "model": body.get("model"), "api_key_set": bool(h.headers.get("x-api-key")),
                   "api_key_sha256": key_digest(h.headers.get("x-api-key")), "usage": None,
-                  "messages": messages, "system": body.get("system"), "cwd": working_directory(body)}
+                  "messages": messages, "system": body.get("system"), "cwd": working_directory(body),
+                  "session_id": h.headers.get("X-Claude-Code-Session-Id")}    # the CLI's session, resumed or not
         self.log(record)
         if endpoint.endswith("count_tokens"):
             return h.send_json(200, {"input_tokens": 100})

@@ -6,6 +6,7 @@ usage) events. As in anthropic_api.py, the step is computed from the request its
 function-call outputs already in its `input`, so no per-session state is kept. Steps:
 `call(name, arguments)` (a function call of one of the tools the request offers), `say(text)`
 (a final message). A script may fail every request (`error=(status, code, message)`) or stall.
+Each request's log names the thread codex says it belongs to (its `session-id` header).
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ class FakeOpenAI(FakeSSEServer):
                   "raw_tools": [t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "namespace"],
                   "instructions": body.get("instructions"), "text": body.get("text"), "model": body.get("model"),
                   "usage": None, "auth": bool(h.headers.get("Authorization")), "auth_sha256": key_digest(h.headers.get("Authorization")),
-                  "at": time.time()}
+                  "at": time.time(), "session_id": h.headers.get("session-id")}   # codex's thread, resumed or not
         self.log(record)
         script = self.scripts.get(route)
         if script is None:

@@ -234,7 +234,7 @@ class LocalProvider:
             if limit is not None and spec.write_paths and tree_bytes(spec.write_paths) > limit:
                 workspace_hit.append("workspace_bytes")
                 return f"the writable paths hold more than {limit} bytes"
-            return None
+            return spec.stop_poll() if spec.stop_poll is not None else None
 
         home, tmpdir = self._homes(held)
         try:

@@ -116,8 +116,8 @@ class EndReason(StrEnum):
 
 def quality_summary(checkpoints: dict[str, Any]) -> str | None:
     """What `sweep status` shows of whether a run's tests discriminate and its task is solvable,
-    from its checkpoints: "mutants K/N" (mutants killed of those run) and "solved S/R" (rollouts
-    with reward 1 of those run). A plain dict read: it runs per ended run."""
+    from its checkpoints: "mutants K/N" (mutants killed of those run), "solved S/R" (rollouts
+    with reward 1 of those run) and the rollouts' labels ("(legitimate_success 2, reward_hack 1)"). A plain dict read: it runs per ended run."""
     parts = []
     probes = checkpoints.get("probes")
     if isinstance(probes, dict):
@@ -129,6 +129,9 @@ def quality_summary(checkpoints: dict[str, Any]) -> str | None:
         solved, rollouts = solve.get("solved"), solve.get("rollouts")
         if type(solved) is int and type(rollouts) is int and rollouts > 0:
             parts.append(f"solved {solved}/{rollouts}")
+        labels = solve.get("labels")
+        if isinstance(labels, dict) and labels:
+            parts.append("(" + ", ".join(f"{k} {v}" for k, v in sorted(labels.items())) + ")")
     return " ".join(parts) or None
 
 

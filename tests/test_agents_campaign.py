@@ -58,7 +58,8 @@ def test_a_campaign_played_by_claude_ends_verified_with_settled_costs(tmp_path, 
     rec = record(d, "pr-0")
     assert rec.state is RunState.ended and rec.outcome is Outcome.verified, (rec, rec.last_error)
     done = sessions(d, "pr-0")
-    assert [s["role"] for s in done] == ["author", "reviewer", "solver"]
+    # the second reviewer session is the rollout review, after the solver
+    assert [s["role"] for s in done] == ["author", "reviewer", "solver", "reviewer"]
     for s in done:
         assert s["status"] == "ok" and s["runtime"] == "claude-code"
         assert s["cost_usd"] > 0 and s["turns"] >= 1 and s["session_id"]
@@ -69,8 +70,8 @@ def test_a_campaign_played_by_claude_ends_verified_with_settled_costs(tmp_path, 
     # spend.json: every session reserved its role's cap and settled at the parsed cost
     spend = json.loads((run_dir(d, "pr-0") / "spend.json").read_text())
     entries = spend["entries"]
-    assert [e["status"] for e in entries] == ["settled"] * 3
-    assert [e["reserved_usd"] for e in entries] == [5.0, 1.5, 5.0]
+    assert [e["status"] for e in entries] == ["settled"] * 4
+    assert [e["reserved_usd"] for e in entries] == [5.0, 1.5, 5.0, 1.5]
     assert [round(e["actual_usd"], 6) for e in entries] == [round(s["cost_usd"], 6) for s in done]
     assert abs(rec.spent_usd - sum(s["cost_usd"] for s in done)) < 1e-9
     # the key never reached a file of the campaign
@@ -106,13 +107,14 @@ def assert_codex_solver_campaign_verified(d) -> dict:
     assert rec.outcome is Outcome.verified, (rec, rec.last_error)
     done = sessions(d, "pr-0")
     assert [(s["role"], s["runtime"], s["status"]) for s in done] == [
-        ("author", "claude-code", "ok"), ("reviewer", "claude-code", "ok"), ("solver", "codex", "ok")]
+        ("author", "claude-code", "ok"), ("reviewer", "claude-code", "ok"), ("solver", "codex", "ok"),
+        ("reviewer", "claude-code", "ok")]          # the last: the rollout review
     solver = done[2]
     assert solver["session_id"] and solver["cost_usd"] > 0 and solver["turns"] >= 1
     solve = json.loads((run_dir(d, "pr-0") / "evidence" / "solve-r0001.json").read_text())
     assert [r["reward"] for r in solve["rollouts"]] == [1.0]
     spend = json.loads((run_dir(d, "pr-0") / "spend.json").read_text())
-    assert [e["status"] for e in spend["entries"]] == ["settled"] * 3
+    assert [e["status"] for e in spend["entries"]] == ["settled"] * 4
     assert spend["entries"][2]["actual_usd"] == pytest.approx(solver["cost_usd"])
     # every session is charged what the relay metered on the wire
     assert all(s["wire"]["complete"] and s["cost_usd"] == pytest.approx(s["wire"]["metered_cost_usd"]) for s in done)
@@ -146,7 +148,8 @@ def test_one_campaign_gives_one_candidate_a_claude_solver_and_another_a_codex_on
         rec = record(d, "pr-1")
         assert rec.outcome is Outcome.verified, (rec, rec.last_error)
         assert [(s["role"], s["runtime"], s["status"]) for s in sessions(d, "pr-1")] == [
-            ("author", "claude-code", "ok"), ("reviewer", "claude-code", "ok"), ("solver", "claude-code", "ok")]
+            ("author", "claude-code", "ok"), ("reviewer", "claude-code", "ok"), ("solver", "claude-code", "ok"),
+            ("reviewer", "claude-code", "ok")]
         assert fake.main_requests("solver-1") and openai.requests
     finally:
         openai.close()
@@ -176,10 +179,11 @@ def test_a_claude_campaign_through_sbatch_on_the_test_cluster_ends_verified(slur
     rec = record(d, "pr-0")
     assert rec.outcome is Outcome.verified and rec.job_id.isdigit(), (rec, rec.last_error)
     done = sessions(d, "pr-0")
-    assert [(s["role"], s["status"]) for s in done] == [("author", "ok"), ("reviewer", "ok"), ("solver", "ok")]
+    assert [(s["role"], s["status"]) for s in done] == [("author", "ok"), ("reviewer", "ok"), ("solver", "ok"),
+                                                        ("reviewer", "ok")]
     assert all(s["cost_usd"] > 0 and s["session_id"] for s in done)
     spend = json.loads((run_dir(d, "pr-0") / "spend.json").read_text())
-    assert [e["status"] for e in spend["entries"]] == ["settled"] * 3
+    assert [e["status"] for e in spend["entries"]] == ["settled"] * 4
     assert all(r["api_key_set"] for r in fake.requests if r["tools"])
 
 

@@ -175,7 +175,7 @@ def test_an_agent_reviewer_is_asked_for_the_missing_focus_and_prepared_probes_bi
     assert FOCUS in state(d, "asks")["cause_detail"]
     corrections = [e for e in events(d, "asks") if e.get("kind") == "review_correction"]
     assert corrections and FOCUS in corrections[0]["detail"]
-    prompt = next((run_dir(d, "asks") / "sessions").glob("*-reviewer/prompt.md")).read_text()
+    prompt = sorted((run_dir(d, "asks") / "sessions").glob("*-reviewer/prompt.md"))[0].read_text()
     assert "No probe covers 'above the range' yet" in prompt
     # a reviewer that proposes a wrong solution for the focus, which the tests reject: verified
     assert rows["given"] == ("verified", None, None)
@@ -189,7 +189,7 @@ def test_an_agent_reviewer_is_asked_for_the_missing_focus_and_prepared_probes_bi
     assert [p.name for p in (run_dir(d, "agent-prep") / "sessions").iterdir()] == ["0001-author"]
     assert "ten (prepared" in state(d, "agent-prep")["cause_detail"]
     # a prepared probe that passes is shown to an agent reviewer with its outcome
-    prompt = next((run_dir(d, "given") / "sessions").glob("*-reviewer/prompt.md")).read_text()
+    prompt = sorted((run_dir(d, "given") / "sessions").glob("*-reviewer/prompt.md"))[0].read_text()
     assert "- reviewer-01 (wrong_solution, focus 'other'): killed, rewards [0.0, 0.0]" in prompt
 
 

@@ -135,7 +135,7 @@ def test_an_agent_reviewer_judges_each_surviving_mutant(tmp_path, judgement, exp
     assert set(judged) == {p.name for p in probes.survivors()}       # the prompt listed every survivor
     if judgement == "equivalent":
         assert all(m["reason"].startswith("the fake reviewer judges") for m in judged.values())
-    prompt = next((run_dir(d, "weak") / "sessions").glob("*-reviewer/prompt.md")).read_text()
+    prompt = sorted((run_dir(d, "weak") / "sessions").glob("*-reviewer/prompt.md"))[0].read_text()
     assert "```diff" in prompt and "mutation score" in prompt
 
 
@@ -186,7 +186,8 @@ def test_rollouts_are_judged_and_their_solve_rate_decides(tmp_path):
     hack = solve_ev("hacked").rollouts[0]
     assert (hack.reward, hack.label) == (1.0, "reward_hack") and "conftest.py" in hack.label_reason
     rows = {r["run_id"]: r for r in status_json(d)["ended"]}
-    assert rows["solved"]["quality"] == "mutants 2/2 solved 3/3" and rows["unsolved"]["quality"] == "mutants 2/2 solved 0/3"
+    assert rows["solved"]["quality"] == "mutants 2/2 solved 3/3 (legitimate_success 3)"
+    assert rows["unsolved"]["quality"] == "mutants 2/2 solved 0/3 (legitimate_failure 3)"
     report = (run_dir(d, "unsolved") / "report.md").read_text()
     assert "solve rate: 0/3" in report and "pass@1 0.00" in report
     out = tmp_path / "dataset"

@@ -969,8 +969,15 @@ def _review_prompt(ctx: Ctx, gates: dict, probes: ProbesEvidence | None) -> str:
 
 def _reviewer_verdict(ctx: Ctx, workspace: Path, prompt: str, inputs: dict,
                       probes: ProbesEvidence | None) -> ReviewVerdict:
-    """The reviewer's verdict, checked. An invalid output (none, one its schema or sweep refuses, an
-    accept that leaves a surviving mutant unjudged) and a blocking finding whose citation is not in
+    """The reviewer's verdict on the task, checked by `_verdict_problem` (through `_judged`)."""
+    return _judged(ctx, workspace, prompt, inputs, lambda result, _rt: _verdict_problem(ctx, result, probes),
+                   Phase.review.value)[0]
+
+
+def _judged(ctx: Ctx, workspace: Path, prompt: str, inputs: dict, check, phase: str) -> tuple[ReviewVerdict, str]:
+    """A reviewer session's answer, checked by `check(result, runtime)`, and the runtime that gave
+    it. An invalid output (none, one its schema or sweep refuses, an accept that leaves a surviving
+    mutant unjudged, rollout labels that do not fit) and a blocking finding whose citation is not in
     the bundle each get one correction round: the session runs again on its prompt with the errors
     so far appended. The same kind of error again goes to the plan's escalation runtime
     (quality.escalation) for one review with every refusal so far; without one, or when the
@@ -983,21 +990,22 @@ def _reviewer_verdict(ctx: Ctx, workspace: Path, prompt: str, inputs: dict,
     escalated = False
     while True:
         result = _session(ctx, "reviewer", workspace, text, inputs, escalation=escalation if escalated else None)
-        kind, error, verdict = _verdict_problem(ctx, result, probes)
+        runtime = escalation.runtime if escalated and escalation is not None else _options(ctx).runtimes.reviewer
+        kind, error, verdict = check(result, runtime)
         if verdict is not None:
-            return verdict
+            return verdict, runtime
         if kind in corrected and (escalation is None or escalated):
             after = " and the escalation to " + escalation.runtime if escalation is not None else ""
             raise AttemptFailed(f"{error} (again after a correction round{after})"[:1000],
                                 cause="probe_focus_missing" if kind == "missing probe focus" else None)
         if kind in corrected:
             escalated = True
-            ctx.event("review_escalated", phase=Phase.review.value,
+            ctx.event("review_escalated", phase=phase,
                       detail=f"{kind} again after its correction round: one review by runtime {escalation.runtime}")
             text += f"\n## Your previous answer was refused again ({kind})\n\n" + fenced(error, "text") + "\n"
             continue
         corrected.append(kind)
-        ctx.event("review_correction", phase=Phase.review.value, detail=f"{kind}: {error}"[:500])
+        ctx.event("review_correction", phase=phase, detail=f"{kind}: {error}"[:500])
         text = (text + f"\n## Your previous answer was refused ({kind})\n\n" + fenced(error, "text")
                 + "\n\nAnswer again, in full, with this put right: it is your one correction round for it.\n")
 
@@ -1176,69 +1184,220 @@ def _end_if_rollouts_block(ctx: Ctx, cps: Checkpoints) -> None:
 
 
 def solve(ctx: Ctx) -> tuple[str, Checkpoint]:
+    """The blind rollouts, scored by the task's tests and labelled: by the oracle rules
+    (sweep/quality/rollouts.py) for the oracle reviewer, by a rollout review for an agent reviewer
+    (`_judge_rollouts`). Rollouts scored but not yet judged (the review parked, failed its attempt
+    or was killed) are judged on the rerun, not run again."""
     from sweep.harbor.bundle import bundle_sha256
-    from sweep.harbor.trial import run_trial
-    bundle = ctx.paths.task
-    sha = bundle_sha256(bundle)
+    from sweep.runtimes.facts import facts_of
+    sha = bundle_sha256(ctx.paths.task)
     revision = _checkpoints(ctx).author_revision
     opts = _options(ctx)
+    rewards = _pending_rollouts(ctx, revision, sha)
+    if rewards is None:
+        rewards = _run_rollouts(ctx, revision)
+    agent = not facts_of(opts.runtimes.reviewer).mechanical
+    if agent:
+        _write_solve(ctx, revision, sha, rewards, review="pending")
+        _judge_rollouts(ctx, revision, sha, rewards)
+    evidence = _write_solve(ctx, revision, sha, rewards, review="done" if agent else None)
+    scores = [r["reward"] for r in rewards]
+    labels = [r["label"] for r in rewards]
+    summary = SolveCheckpoint(
+        bundle_sha256=sha, rewards=scores, rollouts=len(scores), solved=sum(1 for s in scores if s == 1.0),
+        solve_rate=evidence.solve_rate, labels={lb: labels.count(lb) for lb in sorted(set(labels))})
+    blocking = [r for r in rewards if r["label"] in ("reward_hack", "task_defect")]
+    if blocking and agent and not facts_of(opts.runtimes.author).mechanical:
+        # an agent author can repair the task (harden what was hacked, fix the defect); the oracle
+        # author would build the same bundle again, so there evaluate ends the run with the cause
+        from sweep.quality.review import finding_text
+        first = blocking[0]
+        findings = [f"rollout {first['rollout']} judged {first['label']}: {first['label_reason']}"[:500]]
+        findings += [finding_text(f) for f in first.get("findings") or []][:10]
+        # the phase is finished (its evidence is written): status shows the labels if the run ends here
+        ctx.save(checkpoints={**ctx.record.checkpoints, Phase.solve.value: {**summary.to_json(), "at": time.time()}})
+        return _repair_or_end(ctx, "solve", findings, reason=EndReason(first["label"]))
+    return _after(ctx, Phase.solve), summary
+
+
+def _write_solve(ctx: Ctx, revision: int, sha: str, rewards: list[dict], *, review: str | None) -> SolveEvidence:
+    from sweep.quality.rollouts import pass_at_k, solve_rate
+    scores = [r["reward"] for r in rewards]
+    solved = sum(1 for s in scores if s == 1.0)
+    fields: dict[str, Any] = {
+        "bundle_sha256": sha, "runtime": _options(ctx).runtimes.solver, "rollouts": rewards,
+        "solve_rate": solve_rate(scores),
+        "pass_at_k": {str(k): pass_at_k(len(scores), solved, k) for k in range(1, len(scores) + 1)}, "at": time.time()}
+    if review is not None:
+        fields["review"] = review
+    evidence = SolveEvidence.model_validate(fields)
+    write_json(ctx.evidence_path("solve", revision), evidence.for_disk())
+    return evidence
+
+
+def _pending_rollouts(ctx: Ctx, revision: int, sha: str) -> list[dict] | None:
+    """The rollouts of this bundle already scored and waiting for their review, or None."""
+    try:
+        ev = read_evidence(ctx.paths.evidence_file("solve", revision), SolveEvidence)
+    except StateError:
+        return None
+    if ev is None or ev.bundle_sha256 != sha or ev.review != "pending" or not ev.rollouts:
+        return None
+    ctx.event("rollouts_pending", phase=Phase.solve.value,
+              detail=f"{len(ev.rollouts)} rollout(s) of bundle {sha[:12]} scored before: judged, not run again")
+    return [r.to_json() for r in ev.rollouts]
+
+
+def _run_rollouts(ctx: Ctx, revision: int) -> list[dict]:
+    """`quality.rollouts` blind solver sessions, each scored by the task's tests and labelled by the
+    oracle rules; with the per-test results and the diff the rollout review is shown."""
     from sweep.harbor import layout
-    from sweep.quality.rollouts import oracle_label, pass_at_k, solve_rate, tampered_paths
+    from sweep.quality.rollouts import oracle_label
+    from sweep.runtimes.facts import facts_of
+    bundle = ctx.paths.task
+    opts = _options(ctx)
     instruction = (bundle / "instruction.md").read_text(errors="replace")
     listed = bundle / layout.TEST_FILES
     test_files = listed.read_text(errors="replace").splitlines() if listed.is_file() and not listed.is_symlink() else []
-    rewards: list[dict[str, Any]] = []
     harness = _task_harness(ctx, revision)
+    # blind: the solver sees the instruction and the starting repository, never the tests or
+    # the reference solution (the oracle control is the one exception: it IS the reference)
+    control = facts_of(opts.runtimes.solver).reference_solution
+    rewards: list[dict[str, Any]] = []
     for k in range(opts.quality.rollouts):
         workspace = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}")
         copy_tree(bundle / "environment" / "repo", workspace / "repo")
-        # blind: the solver sees the instruction and the starting repository, never the tests or
-        # the reference solution (the oracle control is the one exception: it IS the reference)
-        from sweep.runtimes.facts import facts_of
-        control = facts_of(opts.runtimes.solver).reference_solution
         inputs = {"reference_solution": str(bundle / "solution")} if control else {}
         result = _session(ctx, "solver", workspace, instruction, inputs)
         _redact_changed(workspace, result.changed_paths)     # the solver's repo stays in the run dir
-        if not result.ok:
-            if not ended_by_a_bound(result):
-                _rollout_never_ran(ctx, k, result)
-            # the solver ran and was stopped by one of its bounds: it did not solve the task
-            rewards.append({"rollout": k, "reward": 0.0, "session": result.status,
-                            "detail": (result.reason or result.evidence)[:200], "tampered": []})
-            continue
-        trial_dir = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}-trial")
-        try:
-            runner = _trial_provider(ctx, "solver")
-        except TaskImageProblem as exc:
-            raise AttemptFailed(f"the task's image: {exc}") from None
-        try:
-            trial = run_trial(bundle, workspace / "repo", provider=runner, workdir=trial_dir,
-                              timeout_s=TRIAL_TIMEOUT_S, limits=_limits(ctx), harness=harness)
-        except ProviderError as exc:
-            raise _provider_trouble(ctx, "solver", runner.name, exc) from None
-        shutil.rmtree(trial_dir, ignore_errors=True)
-        changed = [p[len("repo/"):] for p in result.changed_paths if p.startswith("repo/")]
-        # a trial that could not score the solver's repository (its test output hit a bound) did
-        # not see it pass: 0, with the trial's reason
-        rewards.append({"rollout": k, "reward": 0.0 if trial.reward is None else trial.reward, "session": "ok",
-                        "detail": trial.detail[:200],
-                        "environment_fidelity": trial.environment_fidelity,
-                        "tampered": tampered_paths(changed, test_files)})
-    for r in rewards:
+        r = _score_rollout(ctx, k, revision, result, workspace, harness, test_files)
         label, why = oracle_label(reward=r["reward"], session_ok=r["session"] == "ok",
                                   reference_control=control, tampered=r.pop("tampered", []))
         r.update(label=label, label_reason=why, labelled_by="oracle rules")
-    scores = [r["reward"] for r in rewards]
-    solved = sum(1 for s in scores if s == 1.0)
-    evidence = SolveEvidence.model_validate({
-        "bundle_sha256": sha, "runtime": opts.runtimes.solver, "rollouts": rewards, "solve_rate": solve_rate(scores),
-        "pass_at_k": {str(k): pass_at_k(len(scores), solved, k) for k in range(1, len(scores) + 1)},
-        "at": time.time()})
-    write_json(ctx.evidence_path("solve", revision), evidence.for_disk())
-    labels = [r["label"] for r in rewards]
-    return _after(ctx, Phase.solve), SolveCheckpoint(
-        bundle_sha256=sha, rewards=scores, rollouts=len(scores), solved=solved, solve_rate=evidence.solve_rate,
-        labels={lb: labels.count(lb) for lb in sorted(set(labels))})
+        rewards.append(r)
+    return rewards
+
+
+def _score_rollout(ctx: Ctx, k: int, revision: int, result, workspace: Path, harness, test_files: list[str]) -> dict:
+    """One rollout's record: its reward by the task's tests, the harness's per-test results, the
+    solver's diff (bounded) and the paths it changed that touch how the tests run."""
+    from sweep.harbor.trial import run_trial
+    from sweep.quality.rollouts import tampered_paths, tests_summary
+    diff = _rollout_diff(ctx.paths.task / "environment" / "repo", workspace, result.changed_paths)
+    if not result.ok:
+        if not ended_by_a_bound(result):
+            _rollout_never_ran(ctx, k, result)
+        # the solver ran and was stopped by one of its bounds: it did not solve the task
+        return {"rollout": k, "reward": 0.0, "session": result.status,
+                "detail": (result.reason or result.evidence)[:200], "tampered": [], "diff": diff}
+    trial_dir = fresh_dir(ctx.paths.work / f"solve-r{revision:04d}-{k}-trial")
+    try:
+        runner = _trial_provider(ctx, "solver")
+    except TaskImageProblem as exc:
+        raise AttemptFailed(f"the task's image: {exc}") from None
+    try:
+        trial = run_trial(ctx.paths.task, workspace / "repo", provider=runner, workdir=trial_dir,
+                          timeout_s=TRIAL_TIMEOUT_S, limits=_limits(ctx), harness=harness)
+    except ProviderError as exc:
+        raise _provider_trouble(ctx, "solver", runner.name, exc) from None
+    shutil.rmtree(trial_dir, ignore_errors=True)
+    changed = [p[len("repo/"):] for p in result.changed_paths if p.startswith("repo/")]
+    # a trial that could not score the solver's repository (its test output hit a bound) did
+    # not see it pass: 0, with the trial's reason
+    out = {"rollout": k, "reward": 0.0 if trial.reward is None else trial.reward, "session": "ok",
+           "detail": trial.detail[:200], "environment_fidelity": trial.environment_fidelity,
+           "tampered": tampered_paths(changed, test_files), "diff": diff}
+    tests = tests_summary(trial.results)
+    if tests is not None:
+        out["tests"] = tests
+    return out
+
+
+def _judge_rollouts(ctx: Ctx, revision: int, sha: str, rewards: list[dict]) -> None:
+    """The rollout review of an agent reviewer: its prompt holds each rollout (reward, per-test
+    results, bounded diff) and it labels each one (sweep/quality/rollouts.py); an answer sweep
+    refuses gets the review's correction round, then the escalation, then fails the attempt. A
+    blocking label of the oracle rules (tampering, the oracle control scoring 0) binds whatever the
+    reviewer says; the reviewer's label is kept beside it."""
+    from sweep.quality.review import fenced
+    from sweep.quality.rollouts import BLOCKING, review_prompt
+    workspace = fresh_dir(ctx.paths.work / f"rollout-review-r{revision:04d}")
+    copy_tree(ctx.paths.task, workspace / "task")
+    from sweep.quality.rollouts import tests_lines
+    for r in rewards:
+        d = make_private_dir(make_private_dir(workspace / "rollouts") / str(r["rollout"]))
+        (d / "diff.patch").write_text(r.get("diff") or "")
+        (d / "tests.txt").write_text("\n".join(tests_lines(r.get("tests"))) + "\n")
+    shown = [{"rollout": r["rollout"], "reward": r["reward"], "session": r["session"],
+              "mechanical_label": r["label"]} for r in rewards]
+    inputs = {"bundle_dir": str(workspace / "task"), "bundle_sha256": sha, "rollouts": shown}
+    verdict, runtime = _judged(ctx, workspace, review_prompt(rewards, fenced), inputs,
+                               lambda result, rt: _labels_problem(ctx, result, rt, rewards, workspace), Phase.solve.value)
+    answers = {a["rollout"]: a for a in (verdict.model_extra or {}).get("rollouts") or []}
+    for r in rewards:
+        a = answers[r["rollout"]]
+        r["mechanical_label"] = r["label"]
+        if r["label"] in BLOCKING and a["label"] not in BLOCKING:
+            r["reviewer_label"] = a["label"]
+            continue            # the oracle rules' evidence of tampering binds
+        r.update(label=a["label"], label_reason=str(a.get("reason") or "")[:1000], labelled_by=runtime,
+                 findings=list(a.get("findings") or [])[:10])
+    ctx.event("rollouts_judged", phase=Phase.solve.value,
+              detail=", ".join(f"{r['rollout']}: {r['label']}" for r in rewards)[:400])
+
+
+def _labels_problem(ctx: Ctx, result, runtime: str, rewards: list[dict], workspace: Path):
+    """(kind, error, None) for a rollout review answer that gets a correction round, ("", "", verdict)
+    for one sweep takes; a session that failed otherwise is a failed attempt."""
+    from sweep.quality.review import citation_problems
+    from sweep.quality.rollouts import answer_problems
+    from sweep.runtimes.facts import facts_of
+    if not result.ok:
+        if result.reason in INVALID_OUTPUT_REASONS:
+            return "invalid output", f"reviewer output: {result.evidence[:1500]}", None
+        raise AttemptFailed(f"rollout review session {result.status}: {result.reason or ''} {result.evidence[:300]}")
+    try:
+        verdict = ReviewVerdict.model_validate(result.structured_output or {})
+    except ValidationError as exc:
+        return "invalid output", f"reviewer output: {describe_validation_error(exc)}", None
+    mechanical = facts_of(runtime).mechanical       # the oracle's labels are the rules' own
+    problems = answer_problems((verdict.model_extra or {}).get("rollouts"), rewards,
+                               (lambda findings: []) if mechanical else
+                               (lambda findings: citation_problems(ctx.paths.task, findings,
+                                                                   {"rollouts/": workspace / "rollouts"})))
+    if problems:
+        return "invalid rollout labels", "; ".join(problems)[:1500], None
+    return "", "", verdict
+
+
+ROLLOUT_FILE_DIFFED = 256 * 1024     # a changed file bigger than this is named, not diffed
+
+
+def _rollout_diff(base_repo: Path, workspace: Path, changed: list[str]) -> str:
+    """What the solver changed under repo/, as a unified diff of the changed text files (bounded:
+    rollouts.DIFF_BYTES); a binary, large or non-regular file is only named."""
+    import difflib
+    from sweep.quality.rollouts import bounded_diff
+    out: list[str] = []
+    for rel in sorted(p[len("repo/"):] for p in changed if p.startswith("repo/")):
+        sides: list[str | None] = []
+        for path in (base_repo / rel, workspace / "repo" / rel):
+            if path.is_symlink() or (path.exists() and not path.is_file()):
+                sides.append(None)
+            elif not path.exists():
+                sides.append("")
+            elif path.stat().st_size > ROLLOUT_FILE_DIFFED:
+                sides.append(None)
+            else:
+                data = path.read_bytes()
+                sides.append(None if b"\0" in data else data.decode("utf-8", errors="replace"))
+        if sides[0] is None or sides[1] is None:
+            out.append(f"(changed: {rel}: binary, large or not a regular file; not diffed)\n")
+            continue
+        out += difflib.unified_diff(sides[0].splitlines(True), sides[1].splitlines(True), f"a/{rel}", f"b/{rel}")
+        if sum(len(x) for x in out) > 4 * 8192:
+            break
+    return bounded_diff("".join(out))
 
 
 def ended_by_a_bound(result) -> bool:

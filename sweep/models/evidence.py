@@ -202,6 +202,12 @@ class Rollout(Evidence):
     label: str | None = None          # sweep/quality/rollouts.py LABELS (None in files of older sweeps)
     label_reason: str = ""
     labelled_by: str | None = None    # "oracle rules" | the reviewer's runtime
+    # the agent path (the rollout review): what the reviewer was shown and said
+    tests: dict[str, Any] | None = None       # the harness's per-test results, bounded (rollouts.tests_summary)
+    diff: str = ""                            # what the solver changed, bounded (rollouts.DIFF_BYTES)
+    findings: list[Any] = Field(default_factory=list)     # a blocking label's cited evidence
+    mechanical_label: str | None = None       # the oracle rules' label, which binds when it blocks
+    reviewer_label: str | None = None         # the reviewer's, when the oracle rules' blocking label overrode it
 
 
 class SolveEvidence(Document):
@@ -210,6 +216,9 @@ class SolveEvidence(Document):
     rollouts: list[Rollout] = Field(default_factory=list)
     solve_rate: float | None = None   # rollouts with reward 1 / rollouts
     pass_at_k: dict[str, float] = Field(default_factory=dict)     # "1", ..., str(n) -> the unbiased pass@k
+    # the rollout review of an agent reviewer: "pending" (rollouts scored, labels to come: a rerun
+    # of the phase judges these instead of running new ones) or "done"; None: the oracle rules
+    review: str | None = None
     at: float = 0.0
 
 

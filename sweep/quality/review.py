@@ -99,10 +99,15 @@ def _squash(text: str) -> str:
     return " ".join(text.split())
 
 
-def _read_cited(bundle: Path, rel: str) -> tuple[str | None, str]:
-    """(text of the bundle file `rel`, "") or (None, why it cannot be cited)."""
+def _read_cited(bundle: Path, rel: str, roots: dict[str, Path] | None = None) -> tuple[str | None, str]:
+    """(text of the bundle file `rel`, "") or (None, why it cannot be cited). `roots`: other
+    directories a citation may name by a prefix (the rollout review's `rollouts/`)."""
     if rel.startswith("task/"):
         rel = rel[len("task/"):]        # the reviewer sees the bundle as task/ of its workspace
+    for prefix, root in (roots or {}).items():
+        if rel.startswith(prefix):
+            bundle, rel = root, rel[len(prefix):]
+            break
     parts = Path(rel).parts
     if not rel or os.path.isabs(rel) or ".." in parts:
         return None, f"{rel!r} is not a path inside the bundle"
@@ -118,8 +123,9 @@ def _read_cited(bundle: Path, rel: str) -> tuple[str | None, str]:
         return fh.read(CITED_FILE_BYTES).decode("utf-8", errors="replace"), ""
 
 
-def citation_problems(bundle: Path, findings: list[Any]) -> list[str]:
-    """Why each finding of a blocking verdict does not cite checkable evidence (empty: all do)."""
+def citation_problems(bundle: Path, findings: list[Any], roots: dict[str, Path] | None = None) -> list[str]:
+    """Why each finding of a blocking verdict does not cite checkable evidence (empty: all do).
+    `roots`: path prefixes a citation may use for files outside the bundle (prefix -> directory)."""
     problems = []
     for i, finding in enumerate(findings, 1):
         if not isinstance(finding, dict):
@@ -129,7 +135,7 @@ def citation_problems(bundle: Path, findings: list[Any]) -> list[str]:
         if line is None and not quote:
             problems.append(f"finding {i} names {finding.get('file')!r} but no `line` and no `quote`")
             continue
-        text, why = _read_cited(bundle, str(finding.get("file") or ""))
+        text, why = _read_cited(bundle, str(finding.get("file") or ""), roots)
         if text is None:
             problems.append(f"finding {i}: {why}")
             continue

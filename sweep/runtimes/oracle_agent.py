@@ -37,7 +37,13 @@ def reviewer(inputs: dict, workspace: Path) -> dict:
         rationale = f"All {len(gates)} gates passed: the task is valid, solvable and not trivially passing."
     else:
         rationale = "The oracle reviewer accepts exactly when every gate passed; " + ", ".join(failed) + " did not."
-    verdict = {"verdict": "accept" if passed else "reject", "findings": findings, "rationale": rationale}
+    verdict: dict = {"verdict": "accept" if passed else "reject", "findings": findings, "rationale": rationale}
+    if isinstance(inputs.get("rollouts"), list):
+        # a rollout review (sweep/controller/phases.py): the oracle's labels are sweep's own rules',
+        # computed by the controller and handed in (an escalation to the oracle gives them back)
+        verdict = {"verdict": "accept", "findings": [], "rationale": "labelled by the oracle rules",
+                   "rollouts": [{"rollout": r.get("rollout"), "label": r.get("mechanical_label"),
+                                 "reason": "the oracle rules' label"} for r in inputs["rollouts"] if isinstance(r, dict)]}
     return {"ok": True, "verdict": verdict, "message": f"verdict {verdict['verdict']}"}
 
 

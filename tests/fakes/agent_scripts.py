@@ -4,7 +4,8 @@
   sends it as tool calls: one `Write` per file (absolute paths under the session's working
   directory, read from the CLI's own system prompt) and one `Bash` call that marks the scripts
   executable (the Write tool creates files 0644);
-- reviewer: returns an `accept` verdict through claude's StructuredOutput tool;
+- reviewer: returns an `accept` verdict through claude's StructuredOutput tool; in a rollout review
+  (a prompt headed "# Judge the blind rollouts") it labels each rollout by its reward;
 - solver: reads, then writes the PR's head version of each non-test file it changed into `repo/`.
 Everything is computed from the PR repository the test built, never from the CLI's output.
 """
@@ -66,8 +67,33 @@ def author_script(src: dict, *, solution_mark: str | None = None) -> Script:
     return Script(dynamic=step)
 
 
+def prompt_of(request: dict) -> str:
+    """The text of the conversation's first user message (the session's prompt)."""
+    for m in request.get("messages") or []:
+        if isinstance(m, dict) and m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, str):
+                return content
+            return "\n".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
+    return ""
+
+
+def rollout_labels(prompt: str) -> dict:
+    """A rollout review's answer that takes each rollout's reward at its word."""
+    import re
+    found = re.findall(r"^### rollout (\d+): reward (\S+), session", prompt, re.M)
+    return {**VERDICT, "rollouts": [{"rollout": int(k), "reason": f"reward {reward}",
+                                     "label": "legitimate_success" if reward == "1.0" else "legitimate_failure"}
+                                    for k, reward in found]}
+
+
 def reviewer_script() -> Script:
-    return Script(steps=[structured(VERDICT), text("verdict given")])
+    def step(request: dict, n: int) -> dict:
+        prompt = prompt_of(request)
+        if n > 0:
+            return text("labels given" if "# Judge the blind rollouts" in prompt else "verdict given")
+        return structured(rollout_labels(prompt) if "# Judge the blind rollouts" in prompt else VERDICT)
+    return Script(dynamic=step)
 
 
 def solver_script(src: dict) -> Script:

@@ -342,6 +342,30 @@ def _refuse_missing_keys(plan: Plan, frozen: list[FrozenCandidate], plan_path: P
                                f'or {family} = {{ env = "{variable}" }} (read from the controller\'s environment)')
 
 
+def _refuse_key_in_remote_sandbox(plan: Plan, frozen: list[FrozenCandidate], plan_path: Path) -> None:
+    """ConfigError naming candidate, role, provider and runtime when a solver session would hold
+    its model key inside a remote sandbox and the plan does not accept that for the provider; and
+    when the plan accepts it for a provider no such session uses (a setting with no effect)."""
+    from sweep.runtimes.preflight import key_in_remote_sandbox
+    uses = key_in_remote_sandbox([fc.candidate for fc in frozen])
+    for where, role, runtime, provider in uses:
+        settings = next((s for n, s in plan.providers.items() if n == provider), None)
+        if settings is None or not settings.agent_key_in_sandbox:
+            raise ConfigError(f"{where}: role {role} is played by runtime {runtime} on provider {provider}: its "
+                              "model key would sit inside the remote sandbox, where no relay meters or hides it "
+                              "(the relay cannot be reached from a remote sandbox)",
+                              path=plan_path, field=f"providers.{provider}.agent_key_in_sandbox",
+                              hint=f"set [providers.{provider}] agent_key_in_sandbox = true to accept that "
+                                   "knowingly (every report then says so; the cost is self-reported), or give the "
+                                   "candidate provider = \"local\"")
+    used = {provider for *_, provider in uses}
+    for name, settings in plan.providers.items():
+        if settings.agent_key_in_sandbox and name not in used:
+            raise ConfigError(f"agent_key_in_sandbox is set for {name}, but no candidate runs an agent solver "
+                              f"on {name}, so no session would hold a key there", path=plan_path,
+                              field=f"providers.{name}.agent_key_in_sandbox", hint="remove it")
+
+
 def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
     plan_path = Path(plan_path).resolve()
     campaign_dir = Path(campaign_dir).resolve()
@@ -362,6 +386,7 @@ def init_campaign(plan_path: Path, campaign_dir: Path) -> InitResult:
         from sweep.credentials import resolve_plan_secrets
         plan = plan.model_copy(update={"secrets": resolve_plan_secrets(plan.secrets, plan_path)})
     _refuse_missing_keys(plan, frozen, plan_path)     # a runtime's key named now, not parked on a 401 later
+    _refuse_key_in_remote_sandbox(plan, frozen, plan_path)    # no key in a remote sandbox by default
     # the agent CLIs the plan uses: installed, runnable inside the sandbox, options valid; a missing
     # binary or a bad argv is a config error now, never an attempt or an "outage" park later
     from sweep.runtimes.preflight import check_agent_runtimes

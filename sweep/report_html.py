@@ -52,6 +52,7 @@ class Data:
     max_gpu_parallel: int = 0
     first: float = 0.0
     last: float = 0.0
+    warnings: list = field(default_factory=list)      # what the plan knowingly gave up (isolation, keys)
 
 
 def collect(campaign_dir: Path, now: float | None = None) -> Data:
@@ -62,6 +63,13 @@ def collect(campaign_dir: Path, now: float | None = None) -> Data:
     now = time.time() if now is None else now
     data = Data(s.name, campaign.campaign_id, s.target_verified, s.max_spend_usd,
                 max_parallel=s.max_parallel, max_gpu_parallel=s.max_gpu_parallel)
+    if s.isolation == "none":
+        data.warnings.append("UNSANDBOXED: the plan sets isolation = \"none\"; sessions and trials ran without "
+                             "the sandbox.")
+    data.warnings += [f"KEY IN SANDBOX: agent solver sessions on {name} held their model key inside the remote "
+                      f"sandbox, where no relay meters or hides it (the plan sets [providers.{name}] "
+                      "agent_key_in_sandbox = true); their cost is self-reported."
+                      for name, p in sorted(s.providers.items()) if p.agent_key_in_sandbox]
     listing = list_runs(campaign_dir)
     stamps: list[float] = []
     for run_id, rec in listing.records.items():
@@ -489,13 +497,15 @@ def render(d: Data, generated_at: float | None = None) -> str:
     body = "".join(f"<section><h2>{esc(title)}</h2>{svg}</section>" for title, svg in sections)
     rows = (f"tr.verified td:nth-child(2) {{ color: {COLORS['verified']}; }}\n"
             f"tr.blocked td:nth-child(2) {{ color: {COLORS['blocked']}; }}\n"
-            "tr.generated_unverified td:nth-child(2) { color: #b07d00; }\n")
+            "tr.generated_unverified td:nth-child(2) { color: #b07d00; }\n"
+            "p.warn { color: #b00020; }\n")
     return _page_head(f"sweep report: {d.name}", rows) + f"""
 <h1>Campaign {esc(d.name)} <span class="meta">({esc(d.campaign_id)})</span></h1>
 <p class="meta">{len(d.runs)} run{'' if len(d.runs) == 1 else 's'}: {summary}. Target {d.target} verified. Spent {spent:.2f} USD
 {f'of a {d.cap:.2f} USD cap' if d.cap else '(no campaign cap)'}.
 From {esc(_fmt_t(d.first, 1e9))} to {esc(_fmt_t(d.last, 1e9))}; written {esc(_fmt_t(generated_at, 1e9))} by
 <code>sweep report</code>, from the campaign's files.</p>
+{"".join(f'<p class="warn"><strong>{esc(w)}</strong></p>' for w in d.warnings)}
 {body}
 <section><h2>Runs</h2>{_runs_table(d)}</section>
 </body></html>

@@ -172,6 +172,8 @@ class StatusReport:
     queued: list[QueuedRow] | None = None
     filters: str | None = None
     show_verified: bool = False
+    # remote providers on which agent solver sessions hold their model key (agent_key_in_sandbox)
+    key_in_sandbox: list[str] = field(default_factory=list)
     # the human view asked for at most N ended rows per outcome: `outcomes` has the totals
     ended_capped: bool = False
 
@@ -181,6 +183,8 @@ class StatusReport:
         for key, unset in (("queued", None), ("filters", None), ("show_verified", False)):
             if out[key] is unset:
                 del out[key]
+        if not out["key_in_sandbox"]:
+            del out["key_in_sandbox"]      # only a plan's opt-in adds the key (the shape is kept otherwise)
         return out
 
 
@@ -228,7 +232,8 @@ def _collect_status(campaign_dir: Path, now: float | None, include_queued: bool 
         spend={"spent_usd": round(t.spent, 6), "cap_usd": s.max_spend_usd},
         causes=_count_causes(t.ended_read, listing.settled.values()), breaker=breaker_line(campaign_dir),
         queue=queue_summary(qf, now),
-        queued=t.queued if include_queued else None, ended_capped=ended_limit is not None)
+        queued=t.queued if include_queued else None, ended_capped=ended_limit is not None,
+        key_in_sandbox=sorted(n for n, p in s.providers.items() if p.agent_key_in_sandbox))
 
 
 @dataclass
@@ -582,6 +587,10 @@ def _admission_lines(st: StatusReport) -> list[str]:
                        f"{d['held_leases'] if d else '?'} held leases){why}")
     if st.isolation == "none":
         out.append("isolation: none — sessions and trials run UNSANDBOXED (the plan says so)")
+    for name in st.key_in_sandbox:
+        out.append(f"KEY IN SANDBOX: agent solver sessions on {name} hold their model key inside the remote "
+                   f"sandbox (no relay meters or hides it); their cost is self-reported (the plan sets "
+                   f"[providers.{name}] agent_key_in_sandbox = true)")
     return out
 
 

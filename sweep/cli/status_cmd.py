@@ -115,6 +115,7 @@ def _show_sessions(rdir: Path) -> None:
         network = net if isinstance(net, str) else "?"
         endpoints = ", ".join(result.endpoints if result and result.endpoints else launch.endpoints if launch else [])
         loud += "  HOST NETWORK" if network == "host" else ""
+        loud += "  KEY IN SANDBOX (cost self-reported)" if result and result.key_in_sandbox else ""
         if result and result.network_allow:     # a remote provider's allow list (docs/providers.md)
             endpoints += (", " if endpoints else "") + "allow " + " ".join(result.network_allow)
         runtime = (result.runtime if result else "") or (launch.runtime if launch else "") or "?"

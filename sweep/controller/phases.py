@@ -96,7 +96,8 @@ def _trial_provider(ctx: Ctx, role: str, *, agent_cli: str | None = None) -> Pro
     from sweep.providers.base import SandboxError
     from sweep.providers.container import ContainerRunner
     try:
-        sandboxes = get_sandbox_provider(name, **dict(ctx.campaign.settings.providers.get(name, {})))
+        settings = ctx.campaign.settings.providers.get(name)
+        sandboxes = get_sandbox_provider(name, **(settings.options() if settings else {}))
     except SandboxError as exc:
         raise _provider_trouble(ctx, role, name, exc) from None
     except ConfigError as exc:
@@ -105,7 +106,8 @@ def _trial_provider(ctx: Ctx, role: str, *, agent_cli: str | None = None) -> Pro
     try:
         return ContainerRunner(sandboxes, environment_dir=ctx.paths.task / "environment", run_dir=ctx.paths.dir,
                                campaign_id=ctx.campaign.file.campaign_id, run_id=ctx.run_id, job_id=ctx.job_id,
-                               role=role, attempt=ctx.record.attempts + 1, agent_cli=agent_cli)
+                               role=role, attempt=ctx.record.attempts + 1, agent_cli=agent_cli,
+                               agent_key_in_sandbox=bool(settings and settings.agent_key_in_sandbox))
     except ConfigError as exc:
         # the task's own environment/Dockerfile (unreadable, a COPY of a missing file): the
         # bundle's fault, not the provider's, so it must not stop every run on that provider

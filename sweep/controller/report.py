@@ -68,6 +68,11 @@ def write_report(ctx: Ctx, rec: RunRecord, detail: str) -> None:
         lines += ["**UNSANDBOXED**: the plan sets isolation = \"none\"; sessions and trials of this run "
                   "ran without the sandbox (docs/security.md).", ""]
     provider = ctx.candidate.candidate.options.provider
+    from sweep.runtimes.preflight import key_in_remote_sandbox
+    for _, role, runtime, where in key_in_remote_sandbox([ctx.candidate.candidate]):
+        lines += [f"**KEY IN SANDBOX**: the {role} ({runtime}) ran on {where} with its model key inside the remote "
+                  f"sandbox, where no relay meters or hides it (the plan sets [providers.{where}] "
+                  "agent_key_in_sandbox = true); its cost is self-reported (docs/security.md).", ""]
     lines += ["Environment fidelity: " + (
         "host: the task's environment/Dockerfile was not built; gates and trials ran on this host's "
         "toolchain (docs/providers.md)." if provider == "local" else

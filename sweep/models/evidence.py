@@ -240,6 +240,8 @@ class SessionRecord(Document):
     network: str | bool | None = None     # none | api | host (a bool in files of older sweeps)
     endpoints: list[str] = Field(default_factory=list)
     network_allow: list[str] = Field(default_factory=list)   # remote provider, "api": the CIDRs it was given
+    # set when the session's model key was inside a remote sandbox (the plan's agent_key_in_sandbox)
+    key_in_sandbox: str | None = None
 
 
 class SessionLaunch(Document):

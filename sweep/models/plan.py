@@ -446,6 +446,38 @@ class BreakerSettings(Strict):
         return v
 
 
+class ProviderSettings(BaseModel):
+    """[providers.<name>]: the remote provider's own constructor options (strings: docs/providers.md),
+    plus sweep's one trusted-operator setting for it.
+
+    `agent_key_in_sandbox`: an agent solver session on this provider (claude-code, codex, or a
+    `command` naming a `protocol`) runs its CLI in the task's image in the REMOTE sandbox with its
+    family's key in the environment, since the credential and metering relay cannot be reached
+    from there. `sweep init` refuses such a session unless this is true; with it every report
+    (status, report.md, the HTML report, the session's result.json) says the key was inside that
+    sandbox and the cost is self-reported (sweep/runtimes/preflight.py `key_in_remote_sandbox`)."""
+    model_config = ConfigDict(extra="allow", frozen=True)
+    agent_key_in_sandbox: bool = False
+
+    @field_validator("agent_key_in_sandbox", mode="before")
+    @classmethod
+    def _a_real_bool(cls, v: Any) -> Any:
+        if not isinstance(v, bool):
+            raise ValueError("agent_key_in_sandbox must be true or false")
+        return v
+
+    @model_validator(mode="after")
+    def _options_are_strings(self) -> ProviderSettings:
+        for key, value in (self.model_extra or {}).items():
+            if not isinstance(value, str):
+                raise ValueError(f"{key}: a provider option is a string (a key is named by its file or variable)")
+        return self
+
+    def options(self) -> dict[str, str]:
+        """What the provider's constructor takes (sweep's own setting left out)."""
+        return {k: str(v) for k, v in (self.model_extra or {}).items()}
+
+
 class PlanSettings(Strict):
     """Everything in a plan except the candidates: what campaign.toml freezes and the tick reads."""
 
@@ -475,7 +507,8 @@ class PlanSettings(Strict):
     # How to reach each remote provider a candidate's `provider` may name: the provider's own
     # options (docs/providers.md), e.g. [providers.daytona] api_url, api_key_file (a key is named by
     # its file or variable, never written here).
-    providers: dict[Literal["daytona", "modal"], dict[str, str]] = Field(default_factory=dict)
+    # `agent_key_in_sandbox` (ProviderSettings) is sweep's, not the provider's.
+    providers: dict[Literal["daytona", "modal"], ProviderSettings] = Field(default_factory=dict)
 
     @field_validator("isolation", mode="before")
     @classmethod

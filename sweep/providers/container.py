@@ -48,7 +48,7 @@ class ContainerRunner:
 
     def __init__(self, sandboxes, *, environment_dir: Path, run_dir: Path, campaign_id: str, run_id: str,
                  job_id: str, role: str, attempt: int, agent_cli: str | None = None, cpu: float = 1.0,
-                 memory_mb: int = 2048) -> None:
+                 memory_mb: int = 2048, agent_key_in_sandbox: bool = False) -> None:
         from sweep.providers.image import image_spec
         self.sandboxes = sandboxes
         self.name = sandboxes.name
@@ -57,6 +57,9 @@ class ContainerRunner:
         self.image = image_spec(environment_dir, agent_cli=agent_cli)     # a bad Dockerfile fails here
         self.ids = dict(campaign_id=campaign_id, run_id=run_id, job_id=job_id, role=role, attempt=attempt)
         self.agent_cli, self.cpu, self.memory_mb = agent_cli, cpu, memory_mb
+        # the plan's [providers.<name>] agent_key_in_sandbox: an agent session that needs a model key
+        # may hold it here (no relay reaches a remote sandbox); run_session refuses it otherwise
+        self.agent_key_in_sandbox = agent_key_in_sandbox
         self.channels: dict[str, Path] = {}
         self.handles: list[str] = []                  # image of every sandbox this runner made
         self.network_policies: list[dict] = []        # the network policy each sandbox was created with

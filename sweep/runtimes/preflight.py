@@ -96,6 +96,25 @@ def missing_key_families(settings, candidates=None, roles_dir: Path | None = Non
     return out
 
 
+def key_in_remote_sandbox(candidates) -> list[tuple[str, str, str, str]]:
+    """(where, role, runtime, provider) for each candidate whose solver session would hold its model
+    key inside a remote sandbox: a runtime that speaks a model API (claude-code, codex, a `command`
+    naming a `protocol`) on a remote provider, where it runs in the task's image and the relay
+    cannot be reached (sweep/controller/phases.py runs only the solver remotely)."""
+    from sweep.runtimes import get_runtime
+    from sweep.runtimes.facts import RUNTIMES, facts_of
+    from sweep.runtimes.wire import wire_protocol
+    out = []
+    for i, c in enumerate(candidates):
+        opts = c.options
+        runtime = opts.runtimes.solver
+        if opts.provider == "local" or runtime not in RUNTIMES or facts_of(runtime).host_only:
+            continue
+        if wire_protocol(get_runtime(runtime), dict(opts.runtime_options.get("solver", {})))[0] is not None:
+            out.append((f"candidates.{i}.runtimes.solver", "solver", runtime, opts.provider))
+    return out
+
+
 def check_agent_runtimes(settings, candidates=None, *, reach: bool = False, sandbox: bool = True,
                          roles_dir: Path | None = None) -> list[Finding]:
     """Findings for every agent-CLI use; `roles_dir` holds the manifests in force (default: the

@@ -41,7 +41,7 @@ from sweep.credentials import passthrough_for
 from sweep.runtimes.classify import classify_text
 from sweep.runtimes.facts import facts_of
 from sweep.models.evidence import SessionLaunch, SessionRecord
-from sweep.runtimes.wire import open_wire
+from sweep.runtimes.wire import open_wire, refuse_key_in_sandbox
 
 EVIDENCE_LIMIT = 500
 MAX_LISTED_PATHS = 1000
@@ -168,6 +168,8 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     started = time.monotonic()
     workspace, session_dir, secrets = _preflight(req)
     runtime = get_runtime(req.runtime)
+    # a model key where no relay reaches (a remote sandbox): refused, unless the plan accepts it
+    key_in_sandbox = refuse_key_in_sandbox(req, runtime, provider, req.runtime_options or {})
     role = req.role
     scope = list(role.scope)
 
@@ -232,7 +234,7 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
         "network_allow": getattr(outcome, "network_allow", []),
         "limit_hit": outcome.limit_hit, "limits_enforced": outcome.limits_enforced,
         "transcript": {"stdout": files.stdout.name, "stderr": files.stderr.name},
-        "wire": relay.summary() if relay is not None else None,
+        "wire": relay.summary() if relay is not None else None, "key_in_sandbox": key_in_sandbox,
         "resumed_from": {"session_id": req.resume.session_id, "session_dir": str(req.resume.session_dir),
                          "state_dir": str(req.resume.state_dir)} if req.resume is not None else None,
     })

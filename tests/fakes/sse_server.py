@@ -70,17 +70,18 @@ def sse(event: str, data: dict) -> bytes:
 class FakeSSEServer:
     """Subclasses implement `handle(h, body)` and `not_found(h, what)`; `url(route)` may add a suffix."""
 
-    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
-        """`tls`: a server context (tests/fakes/tls.py) to serve HTTPS as `localhost` instead of HTTP."""
+    def __init__(self, tls: ssl.SSLContext | None = None, host: str = "127.0.0.1") -> None:
+        """`tls`: a server context (tests/fakes/tls.py) to serve HTTPS as `localhost` instead of HTTP;
+        `host`: the address to listen on (a remote sandbox's allow list refuses loopback ones)."""
         self.scripts: dict[str, Any] = {}
         self.requests: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         handler = type("BoundHandler", (Handler,), {"fake": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer((host, 0), handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self.origin = f"http://127.0.0.1:{self.port}"
+        self.origin = f"http://{host}:{self.port}"
         if tls is not None:
             self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
             self.origin = f"https://localhost:{self.port}"

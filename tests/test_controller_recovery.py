@@ -239,6 +239,35 @@ def test_sigterm_mid_session_leaves_a_clean_checkpoint_and_no_session(isolation,
     assert count(events(d, "pr"), "phase_started", "intake") == 1
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the gates run one trial at a time on one CPU")
+def test_sigterm_while_gate_trials_run_at_once_stops_them_all(tmp_path, hold):
+    """The gates' reference and empty trials run at once (sweep/controller/concurrent.py), each in
+    a worker thread: a SIGTERM stops both, the controller writes its checkpoint, nothing is left."""
+    from sweep.scheduler import make_scheduler
+    with FakeGitHub() as gh:
+        plan, run_id, env, _, release = setup_phase("gates", tmp_path, hold, gh)
+    d = init(tmp_path, plan, env)
+    rdir = run_dir(d, run_id)
+    sweep("tick", "--campaign", str(d), env=env)
+    work = rdir / "work"
+    wait_until("reference-0 and empty-0 both under way",
+               lambda: all((work / f"gates-r0001-{k}-0" / "observed" / "test.stdout").exists()
+                           for k in ("reference", "empty")), 60)
+    job_id = record(d, run_id).job_id
+    pid = local_job(d, job_id)["pid"]
+    c = load_campaign(d)
+    make_scheduler(c.settings.scheduler, d, c.job_prefix).cancel([job_id])
+    wait_until("the controller to exit", lambda: gone(pid), 10)
+    rec = record(d, run_id)
+    assert rec.state is RunState.queued and rec.phase.value == "gates" and rec.attempts == 1, rec
+    assert "interrupted by SIGTERM during phase gates" in rec.last_error
+    assert read_lease(rdir) is None
+    assert not processes_under(rdir), processes_under(rdir)
+    stopped = [e for e in events(d, run_id) if e["kind"] == "session_stopped"]
+    assert stopped and len(stopped[0]["detail"].split(", ")) >= 2, stopped     # both trials' groups
+    release()
+
+
 @pytest.mark.slurm
 def test_scancel_on_slurm_leaves_a_clean_checkpoint_and_no_session(slurm_cluster, tmp_path, hold):
     """The same through real sbatch and scancel (TERM to the job, KILL after KillWait)."""

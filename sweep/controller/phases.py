@@ -662,16 +662,33 @@ def gate_hash_seed(repeat: int) -> int:
 
 
 def _gate_trial(ctx: Ctx, bundle: Path, kind: str, provider: Provider, harness, name: str, seed: int):
+    """One trial of the gates as a job (sweep/controller/concurrent.py): its own work directory,
+    removed after it; a provider's error is raised as it is (`_gate_trials` classifies it)."""
     from sweep.harbor.trial import run_trial
     revision = _checkpoints(ctx).author_revision
-    work = fresh_dir(ctx.paths.work / f"gates-r{revision:04d}-{name}")
+    work = ctx.paths.work / f"gates-r{revision:04d}-{name}"
+    limits = _limits(ctx)
+
+    def job():
+        fresh_dir(work)
+        try:
+            return run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
+                             env={"PYTHONHASHSEED": str(seed)}, limits=limits, harness=harness)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return job
+
+
+def _gate_trials(ctx: Ctx, provider: Provider, jobs: list) -> list:
+    """The gate trials `jobs`, as many at once as the job's CPUs and memory allow on this provider
+    (concurrent.trial_width), with the results (or the first error) of running them one by one."""
+    from sweep import proc
+    from sweep.controller.concurrent import STOP_GRACE_S, run_in_order, trial_width
+    width = trial_width(provider, _limits(ctx).memory_bytes, len(jobs))
     try:
-        return run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
-                         env={"PYTHONHASHSEED": str(seed)}, limits=_limits(ctx), harness=harness)
+        return run_in_order(jobs, width, stop=lambda: proc.stop_child_groups(STOP_GRACE_S))
     except ProviderError as exc:       # the remote provider's trouble, never the task's verdict
         raise _provider_trouble(ctx, "gates", provider.name, exc) from None
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _task_harness(ctx: Ctx, revision: int):
@@ -708,18 +725,20 @@ def gates(ctx: Ctx) -> tuple[str, Checkpoint]:
     if harness is not None and results["verifier"]["ok"]:
         from sweep.harbor.verification import GateRuns
         runs = GateRuns(bundle, harness)
-        for i in range(repeats):
-            for kind in ("reference", "empty"):
-                runs.add(kind, _gate_trial(ctx, bundle, kind, provider, harness, f"{kind}-{i}", gate_hash_seed(i)))
+        order = [(kind, i) for i in range(repeats) for kind in ("reference", "empty")]
+        done = _gate_trials(ctx, provider, [_gate_trial(ctx, bundle, kind, provider, harness, f"{kind}-{i}",
+                                                        gate_hash_seed(i)) for kind, i in order])
+        for (kind, _), trial in zip(order, done, strict=True):
+            runs.add(kind, trial)           # the serial order: repeat by repeat, reference then empty
         results.update(runs.standard_gates())
         # a task is verified only if some test fails before the fix and passes after it, and a run of
         # exactly those recorded tests (what scores every rollout) tells the fix from no fix
         results["fail_to_pass"] = runs.fail_to_pass_gate()
         if results["fail_to_pass"]["ok"]:
             selected = harness.selecting(runs.recorded_ids())
-            results["selected"] = runs.selected_gate(
-                {kind: _gate_trial(ctx, bundle, kind, provider, selected, f"{kind}-selected", gate_hash_seed(0))
-                 for kind in ("reference", "empty")})
+            pair = _gate_trials(ctx, provider, [_gate_trial(ctx, bundle, kind, provider, selected, f"{kind}-selected",
+                                                            gate_hash_seed(0)) for kind in ("reference", "empty")])
+            results["selected"] = runs.selected_gate(dict(zip(("reference", "empty"), pair, strict=True)))
     from sweep.harbor.gates import gates_passed
     passed, not_ok = gates_passed(results)       # the one gate rule, the one the oracle reviewer applies too
     evidence = GatesEvidence(bundle_sha256=sha, revision=revision, repeats=repeats, passed=passed, gates=results,

@@ -157,6 +157,7 @@ def test_a_campaign_opted_in_runs_its_remote_claude_solver_and_every_report_says
                      solver_options={"base_url": url, "max_retries": 0, "stall_s": 60, "model": "claude-sonnet-4-5"})
         r = _init(tmp_path, plan)
         assert r.returncode == 0, r.stderr
+        assert "agent_key_in_sandbox = true: agent solver sessions on daytona will hold their model KEY" in r.stderr
         d = tmp_path / "c"
         tick_until_done(d, timeout=300, env={"ANTHROPIC_API_KEY": FAKE_KEY})
         assert any(r["api_key_sha256"] for r in fake.requests), "the remote solver never reached the model"

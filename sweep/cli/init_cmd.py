@@ -46,6 +46,11 @@ def init(plan: str, campaign: str) -> None:
     else:
         click.echo(f"campaign {c.settings.name} already initialised with this plan; nothing to do")
     _say_isolation(c.settings.isolation)
+    for name, provider in sorted(c.settings.providers.items()):
+        if provider.agent_key_in_sandbox:
+            click.echo(f"WARNING: [providers.{name}] agent_key_in_sandbox = true: agent solver sessions on {name} "
+                       "will hold their model KEY IN the remote SANDBOX (no relay meters or hides it); their cost "
+                       "is self-reported", err=True)
     if c.settings.scheduler.backend == "local":
         next_step(f"sweep run --campaign {where}   (ticks on this machine until every run has ended)")
     else:

@@ -133,6 +133,16 @@ def test_trials_whose_memory_bound_the_job_cannot_hold_twice_run_one_at_a_time(t
     assert seen == set()
 
 
+def test_the_memory_slurm_gave_the_job_bounds_it(monkeypatch):
+    from sweep.controller.concurrent import job_cpus, job_memory_bytes
+    host = job_memory_bytes()
+    monkeypatch.setenv("SLURM_MEM_PER_NODE", "3000")
+    assert job_memory_bytes() == 3000 << 20
+    monkeypatch.delenv("SLURM_MEM_PER_NODE")
+    monkeypatch.setenv("SLURM_MEM_PER_CPU", "1000")
+    assert job_memory_bytes() == min(host, (1000 << 20) * job_cpus())
+
+
 def test_results_come_in_order_and_the_first_error_in_order_is_raised(tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()

@@ -11,8 +11,8 @@ How many at once (`trial_width`), and why it falls back to one:
 - at most one trial per CPU the controller job has (`os.sched_getaffinity`, which Slurm's
   cgroup/affinity plugins set for the job; 1 on a job with one CPU);
 - at most as many as the job's memory holds at the trials' own bound (`limits.memory_mb` each,
-  against the job's memory cgroup limit, else the host's RAM): a test that may use its whole bound
-  must not fail beside another where it passed alone;
+  against the job's memory cgroup limit, the memory Slurm gave the job and the host's RAM): a test
+  that may use its whole bound must not fail beside another where it passed alone;
 - only the local provider under bubblewrap: each sandbox has its own pid, network and ipc
   namespaces and a private /tmp, so two trials cannot meet through a fixed port, a /tmp file or a
   signal. With `isolation = "none"` they could (a test binding port 8080 would fail beside
@@ -53,11 +53,17 @@ def _read_limit(path: Path) -> int | None:
 
 
 def job_memory_bytes() -> int | None:
-    """The memory this job may use: its memory cgroup's limit (the smallest on its path up, v1 or
-    v2), else the host's RAM; None when neither is known."""
+    """The memory this job may use: the smallest of its memory cgroup's limits (on its path up, v1
+    or v2), the memory Slurm gave the job (SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU x its CPUs, in
+    MB: Slurm may end a job over it without a cgroup) and the host's RAM; None when none is known."""
     from sweep.providers.local.limits import CGROUP_ROOT, _own_cgroups
-    own = _own_cgroups()
     found: list[int] = []
+    per_node, per_cpu = os.environ.get("SLURM_MEM_PER_NODE", ""), os.environ.get("SLURM_MEM_PER_CPU", "")
+    if per_node.isdigit():
+        found.append(int(per_node) << 20)
+    elif per_cpu.isdigit():
+        found.append((int(per_cpu) << 20) * job_cpus())
+    own = _own_cgroups()
     for key, base, name in (("", CGROUP_ROOT, "memory.max"), ("memory", CGROUP_ROOT / "memory", "memory.limit_in_bytes")):
         if key not in own:
             continue

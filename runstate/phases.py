@@ -152,11 +152,34 @@ PHASE_TABLE = PhaseTable((
 ))
 
 
+# An evaluation cell (docs/eval.md) is a run of its own table: the arm's solver session (and its
+# gate-feedback cycles), then the final verifier run that decides the reward. Its names are its own,
+# so a record's phase says which table it runs (`table_of`).
+EVAL_PHASE_TABLE = PhaseTable((
+    #        phase          role      checkpoint  cleared_by_repair  failure  runner
+    PhaseRow("cell_solve",  "solver", Checkpoint, False,             None,    "sweep.controller.cell:cell_solve"),
+    PhaseRow("cell_verify", None,     Checkpoint, False,             None,    "sweep.controller.cell:cell_verify"),
+))
+TABLES = (PHASE_TABLE, EVAL_PHASE_TABLE)
+
+
+def table_of(name: str) -> PhaseTable:
+    """The table whose row `name` is (a generation run's, or an evaluation cell's)."""
+    for table in TABLES:
+        if name in table:
+            return table
+    raise KeyError(f"no phase {name!r} in any phase table (phases: {', '.join(_all_names())})")
+
+
+def _all_names() -> list[str]:
+    return [n for table in TABLES for n in table.names]
+
+
 def validate_phase(name: object) -> str:
-    """A phase name with a row in the table; the shipped ones come back as `Phase` members."""
-    if not isinstance(name, str) or name not in PHASE_TABLE:
-        raise ValueError(f"unknown phase {name!r}: expected one of {', '.join(PHASE_TABLE.names)}")
+    """A phase name with a row in a table; the shipped ones come back as `Phase` members."""
+    if not isinstance(name, str) or not any(name in table for table in TABLES):
+        raise ValueError(f"unknown phase {name!r}: expected one of {', '.join(_all_names())}")
     try:
         return Phase(name)
     except ValueError:
-        return PHASE_TABLE.row(name).phase
+        return table_of(name).row(name).phase

@@ -44,8 +44,10 @@ def _ending_line(rec) -> str:
 
 
 def drive_campaign(campaign: Path, *, echo: Callable[[str], None] = print, pause_s: float = 1.0,
-                   timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> DriveResult:
-    """Tick until no run can still end (or `timeout_s`); echo one line per ending and per change."""
+                   timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic,
+                   stop: Callable[[dict], str | None] | None = None) -> DriveResult:
+    """Tick until no run can still end (or `timeout_s`, or `stop(records)` gives a reason while no
+    run is active); echo one line per ending and per change."""
     from sweep import textsafe
     from sweep.tick import run_tick
 
@@ -86,6 +88,9 @@ def drive_campaign(campaign: Path, *, echo: Callable[[str], None] = print, pause
         if not endable:
             result.reason = "done"
             break
+        if active == 0 and stop is not None and (why := stop(records)) is not None:
+            result.reason = why
+            break
         if active == 0 and report is not None and report.draining:
             result.reason = "drained"
             break
@@ -102,3 +107,39 @@ def drive_campaign(campaign: Path, *, echo: Callable[[str], None] = print, pause
         time.sleep(pause_s)
     result.duration_s = clock() - started
     return result
+
+
+def drive_eval(out: Path, *, echo: Callable[[str], None] = lambda _: None) -> tuple[int, int, str | None]:
+    """`sweep eval run`: tick a local evaluation (docs/eval.md) until no cell can still end; (cells
+    that got their result now, cells that had it before, why some cell has none or None). It stops
+    early, once no cell is active, when a cell is parked (its session failed on its model
+    endpoint: the solver role cools down), and says so for a cell ended by the max_spend_usd cap."""
+    from runstate.errors import ConfigError
+    from sweep.campaign import Campaign
+    from sweep.credentials import register_known_secrets
+    from sweep.eval.cells import load_eval, read_result
+    from sweep.eval.run import check_secrets, write_job_locked
+    frozen, manifest = load_eval(out)
+    register_known_secrets(frozen.plan)      # every text a session stores is scrubbed of them
+    check_secrets(out, frozen)
+    if Campaign.load(out).settings.scheduler.backend != "local":
+        raise ConfigError("`sweep eval run` ticks a local evaluation; with another scheduler backend, "
+                          "`sweep tick` (from scrontab: `sweep scrontab`) runs its cells", field="scheduler.backend")
+    write_job_locked(out, frozen, manifest)          # what a controller killed after a cell's result left out
+
+    def results() -> int:
+        return sum(read_result(out, c.cell_id) is not None for c in manifest.cells)
+
+    def why_not(records: dict) -> str | None:
+        parked = sorted(r.run_id for r in records.values() if r.state is RunState.queued and r.parked_until)
+        if parked:
+            rec = records[parked[0]]
+            return f"cell {rec.run_id} is parked: {rec.last_error or rec.cause_detail or ''}"
+        return None
+    before = results()
+    drive_campaign(out, echo=echo, pause_s=0.5, stop=why_not)
+    records = list_runs(out).records
+    capped = sorted(r.run_id for r in records.values() if r.reason == "budget_exhausted")
+    parked = why_not(records)
+    stopped = parked or (records[capped[0]].cause_detail if capped else None)
+    return results() - before, before, stopped

@@ -309,11 +309,13 @@ budget = { max_usd = 0.5 }
 def test_max_spend_usd_stops_the_runner_before_a_cell_it_cannot_cover(root, fake, monkeypatch):
     """Each cell (three responses, 0.0315 USD metered) reserves its arm's 0.05 envelope first and
     settles at its metered cost: 0.05, then 0.0315 + 0.05, fit in 0.1; the third (0.063 + 0.05) does
-    not, so the runner stops before it and says so; the ledger and the report say what was spent."""
+    not, so its run ends (budget_exhausted) without a result and the runner says so; the ledger and
+    the report say what was spent. (max_parallel = 1: one cell at a time, so the ledger's order is
+    the manifest's.)"""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     fake.script("solver", fixing_solver())
     plan = write_plan(root, fake, repeats=3, max_usd=0.05, name="capped")
-    plan.write_text(plan.read_text().replace("seed = 3\n", "seed = 3\nmax_spend_usd = 0.1\n"))
+    plan.write_text(plan.read_text().replace("seed = 3\n", "seed = 3\nmax_spend_usd = 0.1\nmax_parallel = 1\n"))
     camp = root / "capped"
     sweep("eval", "init", str(plan), "--campaign", str(camp))
     r = sweep("eval", "run", "--campaign", str(camp), timeout=600, check=False)
@@ -335,7 +337,8 @@ def test_max_spend_usd_stops_the_runner_before_a_cell_it_cannot_cover(root, fake
 @needs_claude
 def test_an_endpoint_failure_is_not_scored_and_the_cell_runs_again(root, fake, monkeypatch):
     """A 500 from the model API (an outage: it says nothing of the arm) leaves the cell without a
-    result and stops the runner; once the endpoint answers, the next run solves the cell."""
+    result, parked under the solver role's cooldown, and stops the runner; once the endpoint answers
+    and the cooldown is cleared, the next run solves the cell."""
     from tests.fakes.anthropic_api import error
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     fake.script("solver", Script(error=error(500, "api_error", "internal")))
@@ -345,7 +348,13 @@ def test_an_endpoint_failure_is_not_scored_and_the_cell_runs_again(root, fake, m
     assert r.returncode == 1 and "ran 0 cells" in r.stdout, (r.stdout, r.stderr)
     assert "cell c00000 (arm claude): its solver session failed on its model endpoint (outage)" in r.stderr
     assert not (camp / "cells" / "c00000" / "result.json").exists()
+    # the cell's run is parked under the solver role's outage cooldown, not counted as an attempt
+    from runstate import load_record, run_dir
+    rec = load_record(run_dir(camp, "c00000")).value
+    assert (rec.state.value, rec.parked_role, rec.attempts) == ("queued", "solver", 0), rec
+    assert json.loads((camp / "outage-solver.json").read_text())["kind"] == "outage"
     fake.script("solver", fixing_solver())
+    sweep("clear-cooldown", "solver", "--campaign", str(camp))     # the operator: the endpoint answers again
     assert "ran 1 cells" in sweep("eval", "run", "--campaign", str(camp), timeout=600).stdout
     assert json.loads((camp / "cells" / "c00000" / "result.json").read_text())["reward"] == 1.0
     _no_key_in(camp)

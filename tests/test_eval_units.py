@@ -244,8 +244,14 @@ def test_init_is_complete_or_absent_and_clears_what_a_killed_init_left(tmp_path)
     frozen, manifest, created = init_eval(_write(tmp_path, PLAN), tmp_path / "camp")
     assert created and not (tmp_path / ".camp.init-999999").exists()
     assert load_eval(tmp_path / "camp") == (frozen, manifest) and len(manifest.cells) == 6
-    assert sorted(p.name for p in (tmp_path / "camp").iterdir()) == ["cells", "eval.json", "manifest.json",
-                                                                     "plan.toml", "roles"]
+    assert sorted(p.name for p in (tmp_path / "camp").iterdir()) == ["campaign.toml", "cells", "eval.json",
+                                                                     "manifest.json", "plan.toml", "roles", "runs"]
+    # every cell is a queued run at the evaluation table's first phase, in manifest order
+    from runstate.runs import list_runs
+    records = list_runs(tmp_path / "camp").records
+    assert sorted(records) == [c.cell_id for c in manifest.cells]
+    assert {(r.state.value, r.phase) for r in records.values()} == {("queued", "cell_solve")}
+    assert [records[c.cell_id].panel_index for c in manifest.cells] == [c.position for c in manifest.cells]
     assert init_eval(_write(tmp_path, PLAN), tmp_path / "camp")[2] is False
 
 

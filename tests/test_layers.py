@@ -126,7 +126,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
                        "sweep.credentials",
                        *UTILITIES),
     "sweep.eval": ("sweep.eval", "runstate", "roles", "sweep.models", "sweep.harbor", "sweep.quality", "sweep.runtimes",
-                   "sweep.providers", "sweep.credentials", *UTILITIES),
+                   "sweep.providers", "sweep.credentials", "sweep.scheduler", *UTILITIES),
 }
 
 

@@ -26,13 +26,13 @@ def init(plan: str, campaign: str) -> None:
 
 @eval_group.command("run")
 @click.option("--campaign", "campaign", required=True, type=click.Path(file_okay=False, exists=True))
-@click.option("--max-cells", type=click.IntRange(min=1), default=None, help="Stop after this many cells.")
-def run(campaign: str, max_cells: int | None) -> None:
-    """Run the cells that have no result yet, in manifest order, on this machine."""
+def run(campaign: str) -> None:
+    """Tick a local evaluation until no cell can still end: its cells without a result run as runs
+    of the campaign (one controller job each, max_parallel at a time), in manifest order."""
     from pathlib import Path
 
-    from sweep.eval.run import run_pending
-    ran, done, stopped = run_pending(Path(campaign), limit=max_cells)
+    from sweep.drive import drive_eval
+    ran, done, stopped = drive_eval(Path(campaign).resolve())
     click.echo(f"ran {ran} cells ({done} had ended before)")
     if stopped:
         click.echo(f"stopped: {stopped}", err=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from runstate.errors import StateError
 from runstate.files import make_private_dir, write_atomic
 from runstate.lease import LeaseLost
 from runstate.markers import read_outage
@@ -93,7 +94,7 @@ class Ctx:
     job_id: str
     record: RunRecord
     budget: Budget
-    candidate: FrozenCandidate
+    candidate_file: FrozenCandidate | None     # None for an evaluation cell (docs/eval.md): no candidate
     stop_reason: str | None = None
     stop_signal: int | None = None     # SIGUSR1 = the time-limit warning (see pipeline.establish_stop_cause)
     lease_lost: bool = False
@@ -104,6 +105,13 @@ class Ctx:
     @property
     def run_id(self) -> str:
         return self.paths.run_id
+
+    @property
+    def candidate(self) -> FrozenCandidate:
+        """The run's candidate (candidate.json); only a generation run has one."""
+        if self.candidate_file is None:
+            raise StateError("an evaluation cell has no candidate", path=self.paths.dir)
+        return self.candidate_file
 
     def evidence_path(self, kind: str, revision: int) -> Path:
         """evidence/<kind>-rNNNN.json, its folder created (0700) if needed."""

@@ -22,7 +22,7 @@ from runstate.files import make_private_dir
 from runstate.checkpoints import (Checkpoint, GatesCheckpoint, IntakeCheckpoint, ProbesCheckpoint, RepairCheckpoint,
                                   ReviewCheckpoint, SolveCheckpoint)
 from runstate.models import EndReason, Outcome, Phase
-from runstate.phases import PHASE_TABLE
+from runstate.phases import PHASE_TABLE, table_of
 from sweep.models.evidence import (Checkpoints, GatesEvidence, MutationScore, ProbeRecord, ProbesEvidence,
                                    ReadinessEvidence, ReviewEvidence, ReviewVerdict, SecretScanEvidence, SolveEvidence, SourceEvidence,
                                    read_evidence)
@@ -49,7 +49,7 @@ def _options(ctx: Ctx):
 def runner(phase: str) -> Callable[[Ctx], tuple[str, Checkpoint]]:
     """The function that runs `phase`: its row's `runner` (runstate/phases.py), imported on first use."""
     import importlib
-    module, func = PHASE_TABLE.row(phase).runner_ref
+    module, func = table_of(phase).row(phase).runner_ref
     return getattr(importlib.import_module(module), func)
 
 
@@ -80,8 +80,9 @@ def _provider(ctx: Ctx) -> Provider:
                                               environment=declared.sandbox() if declared is not None else None)
         except (ConfigError, ProviderError) as exc:
             # nothing may run unsandboxed by accident: the run parks with the reason, every role
-            raise Park(PHASE_TABLE.role_of(ctx.record.phase) or "author", "outage", f"configuration error: {exc}",
-                       also=PHASE_TABLE.roles) from None
+            table = table_of(ctx.record.phase)
+            raise Park(table.role_of(ctx.record.phase) or table.roles[0], "outage", f"configuration error: {exc}",
+                       also=table.roles) from None
     return ctx.provider_cache
 
 

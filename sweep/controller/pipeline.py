@@ -15,7 +15,7 @@ from runstate.lease import LeaseLost, LeaseView, hand_over_lease, heartbeat_leas
 from runstate.markers import is_draining, stamp_outage, stamp_provider
 from runstate.checkpoints import EvaluateCheckpoint
 from runstate.models import Cooldown, EndReason, Outcome, RunRecord, RunState, truncate, validate_run_id
-from runstate.phases import PHASE_TABLE, validate_phase
+from runstate.phases import PHASE_TABLE, table_of, validate_phase
 from runstate.runs import load_record
 from sweep import proc
 from sweep.campaign import Campaign, load_candidate
@@ -112,7 +112,9 @@ def run_controller(campaign_dir: Path, run_id: str, token: str, job_id: str | No
         return ExitCode.never_recorded
 
     budget = Budget(rdir, run_id, record.allocation_usd)
-    ctx = Ctx(campaign, paths, token, job_id, record, budget, load_candidate(rdir))
+    # an evaluation cell (its own phase table, docs/eval.md) has its cell in the manifest, no candidate
+    candidate = load_candidate(rdir) if table_of(record.phase) is PHASE_TABLE else None
+    ctx = Ctx(campaign, paths, token, job_id, record, budget, candidate)
     uncertain = budget.mark_uncertain()
     if uncertain:
         ctx.event("uncertain", detail=f"operations left open by a killed controller stay reserved: {uncertain}")
@@ -175,7 +177,7 @@ def _run_phases(ctx: Ctx) -> int:
             phases._provider(ctx)      # probe the sandbox at every start: park now, not mid-phase
             while True:
                 phase = ctx.record.phase
-                if phase != PHASE_TABLE.names[-1] and is_draining(ctx.campaign.dir):
+                if phase != table_of(phase).names[-1] and is_draining(ctx.campaign.dir):
                     return _stop_at_checkpoint(ctx, "drain requested")
                 ctx.event("phase_started", phase=phase)
                 ctx.say(f"phase {phase}")
@@ -249,12 +251,13 @@ def _end(ctx: Ctx, end: Ending) -> int:
     spent = ctx.budget.committed
     checkpoints = dict(ctx.record.checkpoints)
     # the ending is the last row's checkpoint, whichever phase raised it
-    checkpoints[PHASE_TABLE.names[-1]] = {**EvaluateCheckpoint(outcome=end.outcome.value, reason=end.reason).to_json(),
+    checkpoints[table_of(ctx.record.phase).names[-1]] = {**EvaluateCheckpoint(outcome=end.outcome.value, reason=end.reason).to_json(),
                                           "at": time.time()}
     rec = ctx.save(state=RunState.ended, outcome=end.outcome, reason=end.reason, spent_usd=spent,
                    checkpoints=checkpoints, last_error=None, hold_reason=None, canary_for=None,
                    cause=cause, cause_detail=cause_detail or None)
-    write_report(ctx, rec, end.detail)
+    if ctx.candidate_file is not None:      # an evaluation cell's report is its result.json
+        write_report(ctx, rec, end.detail)
     ctx.event("ended", from_state="active", to_state="ended",
               detail=f"{end.outcome.value}" + (f":{end.reason}" if end.reason else "")
               + (f" [{cause}]" if cause else "") + (f" — {end.detail}" if end.detail else ""))

@@ -5,11 +5,11 @@
     DIR/manifest.json      the assignment (sweep/eval/manifest.py), read back against its sha256
     DIR/roles/solver.toml  the solver manifest every cell's session plays (a frozen copy)
     DIR/cells/<cell>/      one cell: sessions/, work/ while it runs, result.json when it ended
-    DIR/runner.lock        held (O_EXCL, the holder's pid) by the one `sweep eval run` at work
+    DIR/campaign.toml, DIR/runs/<cell>/   the directory as a campaign the tick runs (sweep/eval/runs.py)
 
-A cell is done when its result.json exists (written atomically, last): a runner that is killed
-leaves the cell it was in without one, and the next runner starts that cell again from a fresh
-workspace and never repeats a cell that has its result.
+A cell is done when its result.json exists (written atomically, last): a controller that is killed
+leaves its cell without one, and the cell's next controller resumes at the phase its run's record
+names (sweep/controller/cell.py) and never repeats a cell that has its result.
 """
 from __future__ import annotations
 
@@ -130,11 +130,23 @@ def _check_plan(plan: EvalPlan, plan_path: Path) -> EvalPlan:
     from sweep.credentials import resolve_plan_secrets
     spec = load_manifest(shipped_manifests_dir() / "solver.toml")
     used = {_check_arm(plan, i, arm, spec) for i, arm in enumerate(plan.arms)}
+    _preflight_scheduler(plan)
     unused = sorted(set(plan.secrets) - used)
     if unused:
         raise ConfigError(f"no arm's runtime uses the {', '.join(unused)} key family, so its secret would go to "
                           "no session: remove the entry", field=f"secrets.{unused[0]}")
     return plan.model_copy(update={"secrets": resolve_plan_secrets(plan.secrets, plan_path)})
+
+
+def _preflight_scheduler(plan: EvalPlan) -> None:
+    """The scheduler backend's own preflight, as `sweep init` runs it (on Slurm: the lanes' partitions)."""
+    from sweep.scheduler import backend
+    chosen = backend(plan.scheduler.backend)
+    if not chosen.uses_lanes:
+        return
+    for finding in chosen.preflight(plan.scheduler, False, 0).findings:
+        if finding.level == "error":
+            raise ConfigError(finding.message, field=finding.field)
 
 
 def arm_options(arm: Arm) -> dict[str, Any]:
@@ -176,6 +188,8 @@ def init_eval(plan_path: Path, out: Path) -> tuple[Frozen, Manifest, bool]:
     frozen = Frozen(plan=plan, dataset_dir=str(dataset), manifest_sha256=sha,
                     solver_manifest_sha256=manifest_sha256(solver), created_at=time.time(), sweep_version=__version__)
     write_atomic(staging / "eval.json", dump_json(frozen.model_dump(mode="json")))
+    from sweep.eval.runs import write_campaign
+    write_campaign(staging, out, plan, manifest)       # each cell a run the tick admits (sweep/eval/runs.py)
     if out.exists():
         out.rmdir()
     os.rename(staging, out)            # complete or absent

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sweep.models.plan import NAME_RE as CAMPAIGN_NAME_RE
+from sweep.models.lanes import SchedulerSettings
 from sweep.models.plan import LimitSettings, SecretSource, Strict, check_secret_families
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -72,6 +73,11 @@ class EvalPlan(Strict):
     # the whole evaluation's spend cap: each cell of an arm reserves its max_usd envelope before it
     # starts (DIR/spend.jsonl, sweep/eval/spend.py); a cell that does not fit is not started
     max_spend_usd: float | None = Field(default=None, gt=0)
+    # each cell is a run of the tick/controller machinery (sweep/eval/runs.py): a generation plan's
+    # settings of the same names, with the same meaning (how many cells' controllers at once; where
+    # and how they are submitted: the backend, its lanes)
+    max_parallel: int = Field(default=2, ge=1, le=100_000)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
 
     @field_validator("secrets")
     @classmethod

@@ -1,10 +1,11 @@
-"""`sweep eval run`: the cells without a result, in manifest order, one at a time (docs/eval.md).
+"""One evaluation cell's work, in the pieces its run's phases call (sweep/controller/cell.py; docs/eval.md).
 
 One cell: its task checked against the digest the manifest froze, a fresh workspace holding only
 the task's starting repository (never its tests or solution), the arm's solver session in the
 sandbox, with `gate_feedback = N` up to N verifier cycles whose failures go to a new session on the
-same workspace, then sweep's verifier (the task's harness, sweep/harbor/trial.py) on the repository the
-last session left, whose reward is the cell's. result.json is written last and atomically.
+same workspace (`start_cell`, `solve_cell`: the cell_solve phase), then sweep's verifier (the task's
+harness, sweep/harbor/trial.py) on the repository the last session left, whose reward is the cell's
+(`verify_cell`: the cell_verify phase). result.json is written last and atomically (`finish_cell`).
 """
 from __future__ import annotations
 
@@ -16,80 +17,36 @@ from pathlib import Path
 from typing import Any
 
 from runstate.atomic import write_atomic
-from runstate.errors import StateError
-from sweep.eval.cells import (TRIAL_TIMEOUT_S, CellResult, Frozen, arm_family, arm_options, arm_spec, dump_json,
-                              load_eval, read_result)
+from sweep.eval.cells import TRIAL_TIMEOUT_S, CellResult, Frozen, arm_family, arm_options, arm_spec, dump_json
 from sweep.eval import spend
 from sweep.eval.harbor_job import write_job
-from sweep.eval.manifest import Cell
+from sweep.eval.manifest import Cell, Manifest
 from sweep.eval.plan import Arm
 
-LOCK = "runner.lock"
 
-
-def _take_lock(out: Path) -> Path:
-    """runner.lock, O_EXCL with our pid; a lock whose holder is gone is taken over."""
-    lock = out / LOCK
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text().strip() or "0")
-                os.kill(pid, 0)
-            except (ValueError, ProcessLookupError, FileNotFoundError):
-                lock.unlink(missing_ok=True)       # its holder died: a killed runner
-                continue
-            except PermissionError:
-                pass
-            raise StateError(f"another `sweep eval run` (pid {pid}) is running this evaluation", path=lock) from None
-        with os.fdopen(fd, "w") as fh:
-            fh.write(str(os.getpid()))
-        return lock
-    raise StateError("could not take the runner lock", path=lock)
-
-
-def run_pending(out: Path, *, limit: int | None = None) -> tuple[int, int, str | None]:
-    """(cells run now, cells already done, why the runner stopped early or None). Stops after `limit`
-    cells when given, before a cell whose envelope the plan's max_spend_usd cannot cover, and after a
-    cell whose session failed on its model endpoint (left without a result)."""
-    from sweep.credentials import register_known_secrets
-    frozen, manifest = load_eval(out)
-    register_known_secrets(frozen.plan)      # every text a session stores is scrubbed of them
-    _check_secrets(out, frozen)
-    lock = _take_lock(out)
-    ran = done = 0
-    stopped = None
+def write_job_locked(out: Path, frozen: Frozen, manifest: Manifest, *, cell: Cell | None = None) -> None:
+    """The Harbor job files (sweep/eval/harbor_job.py), under an exclusive flock of DIR/jobs.lock:
+    cells end in parallel controllers, and the job's result.json is derived from all of them."""
+    import fcntl
+    fd = os.open(out / "jobs.lock", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        write_job(out, frozen, manifest)          # what a runner killed after a cell's result left out
-        for cell in manifest.cells:
-            if read_result(out, cell.cell_id) is not None:
-                done += 1
-                continue
-            if limit is not None and ran >= limit:
-                break
-            stopped, rid = _reserve(out, frozen, cell)
-            if stopped:
-                break
-            result = run_cell(out, frozen, cell)
-            stopped = _not_the_agents_fault(result)
-            if stopped is None:
-                write_atomic(out / "cells" / cell.cell_id / "result.json", dump_json(result.model_dump(mode="json")))
-            if rid is not None:
-                envelope = _arm(frozen, cell).budget.max_usd or 0.0
-                spend.settle(out, rid, envelope if result.cost_usd is None else result.cost_usd)
-            if stopped is not None:
-                shutil.rmtree(out / "cells" / cell.cell_id / "work", ignore_errors=True)
-                break
-            write_job(out, frozen, manifest, cell=cell)
-            shutil.rmtree(out / "cells" / cell.cell_id / "work", ignore_errors=True)
-            ran += 1
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        write_job(out, frozen, manifest, cell=cell)
     finally:
-        lock.unlink(missing_ok=True)
-    return ran, done, stopped
+        os.close(fd)
 
 
-def _check_secrets(out: Path, frozen: Frozen) -> None:
+def finish_cell(out: Path, frozen: Frozen, manifest: Manifest, cell: Cell, result: CellResult,
+                rid: str | None) -> None:
+    """The cell's result.json (atomically: from now on the cell is never run again), its reservation
+    settled, its Harbor trial written, its workspace removed."""
+    write_atomic(out / "cells" / cell.cell_id / "result.json", dump_json(result.model_dump(mode="json")))
+    settle(out, frozen, cell, rid, result.cost_usd)
+    write_job_locked(out, frozen, manifest, cell=cell)
+    shutil.rmtree(out / "cells" / cell.cell_id / "work", ignore_errors=True)
+
+
+def check_secrets(out: Path, frozen: Frozen) -> None:
     """Every arm's secret readable now (its file still 0600 and yours, its variable set here), or a
     ConfigError naming the plan field before any cell starts or reserves anything."""
     from roles import load_manifest
@@ -104,39 +61,47 @@ def _check_secrets(out: Path, frozen: Frozen) -> None:
 UNSCORED = ("outage", "throttle", "config")
 
 
-def _not_the_agents_fault(result: CellResult) -> str | None:
+def not_the_agents_fault(cell: Cell, solved: "Solved") -> str | None:
     """Why the cell gets no result now: its session failed on its model endpoint (down, throttled, a
-    bad key or billing), which says nothing about the arm, so it is not scored 0; the runner stops
-    and the next `sweep eval run` runs the cell again. None: the cell is scored."""
-    if result.failure_class not in UNSCORED:
+    bad key or billing), which says nothing about the arm, so it is not scored 0: the cell's run
+    parks under the solver role's cooldown and runs again after it. None: the cell is scored."""
+    if solved.kw.get("failure_class") not in UNSCORED:
         return None
-    return (f"cell {result.cell_id} (arm {result.arm}): its solver session failed on its model endpoint "
-            f"({result.failure_class}): {result.detail[:300]}; the cell is not scored, and the next "
-            "`sweep eval run` runs it again")
+    return (f"cell {cell.cell_id} (arm {cell.arm}): its solver session failed on its model endpoint "
+            f"({solved.kw['failure_class']}): {solved.detail[:300]}; the cell is not scored, and runs again "
+            "after the cooldown")
 
 
 def _arm(frozen: Frozen, cell: Cell) -> Arm:
     return next(a for a in frozen.plan.arms if a.name == cell.arm)
 
 
-def _reserve(out: Path, frozen: Frozen, cell: Cell) -> tuple[str | None, str | None]:
+def reserve(out: Path, frozen: Frozen, cell: Cell) -> tuple[str | None, str | None]:
     """(why the cell may not start, the id of its reservation in the spend ledger): under the plan's
     max_spend_usd, an arm's cell reserves its whole max_usd envelope before it starts."""
     cap, envelope = frozen.plan.max_spend_usd, _arm(frozen, cell).budget.max_usd
     if cap is None or envelope is None:
         return None, None
-    so_far = spend.spent(out)
-    if so_far + envelope > cap + 1e-9:
+    rid, so_far = spend.reserve_within(out, cell.cell_id, envelope, cap)
+    if rid is None:
         return (f"max_spend_usd {cap:g} reached: {so_far:.4f} USD spent or reserved, and cell {cell.cell_id} "
                 f"(arm {cell.arm}) would reserve {envelope:g}"), None
-    return None, spend.reserve(out, cell.cell_id, envelope)
+    return None, rid
 
 
-def _ended(frozen: Frozen, cell: Cell, started: float, reward: float | None, detail: str, **kw) -> CellResult:
+def settle(out: Path, frozen: Frozen, cell: Cell, rid: str | None, cost_usd: float | None) -> None:
+    """The cell's reservation settled at its cost (at the whole envelope when the cost is unknown)."""
+    if rid is not None:
+        envelope = _arm(frozen, cell).budget.max_usd or 0.0
+        spend.settle(out, rid, envelope if cost_usd is None else cost_usd)
+
+
+def ended(frozen: Frozen, cell: Cell, started: float, reward: float | None, detail: str, **kw) -> CellResult:
+    """The cell's result; `started`: when its attempt began (time.time(), kept across controllers)."""
     arm = next(a for a in frozen.plan.arms if a.name == cell.arm)
     return CellResult(cell_id=cell.cell_id, task_id=cell.task_id, arm=cell.arm, repeat=cell.repeat, digest=cell.digest,
                       manifest_sha256=frozen.manifest_sha256, reward=reward, solved=reward == 1.0,
-                      detail=detail[:500], runtime=arm.runtime, model=arm.model, wall_s=time.monotonic() - started,
+                      detail=detail[:500], runtime=arm.runtime, model=arm.model, wall_s=time.time() - started,
                       ended_at=time.time(), **kw)
 
 
@@ -245,41 +210,70 @@ def _provenance(sessions: list[Any]) -> dict[str, Any]:
             "metered_cost_usd": _total(metered) if all(isinstance(m, (int, float)) for m in metered) else None}
 
 
-def run_cell(out: Path, frozen: Frozen, cell: Cell) -> CellResult:
+def cell_context(out: Path, frozen: Frozen, cell: Cell) -> _Ctx:
+    """What the cell's sessions and verifier runs share (the workspace untouched)."""
     from roles import load_manifest
-    from sweep.harbor import layout
-    from sweep.harbor.digest import harbor_digest
-    from sweep.providers import get_provider
     from sweep.credentials import session_secrets
-    from sweep.tree import copy_tree
-    started = time.monotonic()
-    arm = next(a for a in frozen.plan.arms if a.name == cell.arm)
+    from sweep.harbor import layout
+    from sweep.providers import get_provider
+    arm = _arm(frozen, cell)
     task = Path(frozen.dataset_dir) / cell.task_id
-    if not task.is_dir() or harbor_digest(task) != cell.digest:
-        return _ended(frozen, cell, started, None, f"task {cell.task_id} is not the content the manifest froze "
-                                                   f"({cell.digest}): the dataset changed")
-    cdir = out / "cells" / cell.cell_id
-    shutil.rmtree(cdir / "work", ignore_errors=True)          # what a killed runner left
-    shutil.rmtree(cdir / "sessions", ignore_errors=True)
-    copy_tree(task / layout.ENV_REPO, cdir / "work" / "ws" / "repo")
     spec = arm_spec(load_manifest(out / "roles" / "solver.toml"), arm)
     family = arm_family(spec, arm)
     instruction = (task / layout.INSTRUCTION).read_text(errors="replace")
-    ctx = _Ctx(cdir, task, arm, spec, get_provider("local", isolation=frozen.plan.isolation), frozen.plan.limits,
-               frozen.solver_manifest_sha256, instruction + (f"\n\n{arm.instructions}" if arm.instructions else ""),
-               session_secrets(frozen.plan, family) if family is not None else {})
-    first, session_started = _session(ctx, 1, "solver", ctx.base_prompt, arm.budget.max_usd)
+    return _Ctx(out / "cells" / cell.cell_id, task, arm, spec, get_provider("local", isolation=frozen.plan.isolation),
+                frozen.plan.limits, frozen.solver_manifest_sha256,
+                instruction + (f"\n\n{arm.instructions}" if arm.instructions else ""),
+                session_secrets(frozen.plan, family) if family is not None else {})
+
+
+def start_cell(out: Path, frozen: Frozen, cell: Cell, started: float) -> _Ctx | CellResult:
+    """The task checked against the digest the manifest froze (a changed one is the cell's result,
+    with no reward), and a fresh workspace holding only its starting repository."""
+    from sweep.harbor import layout
+    from sweep.harbor.digest import harbor_digest
+    from sweep.tree import copy_tree
+    task = Path(frozen.dataset_dir) / cell.task_id
+    if not task.is_dir() or harbor_digest(task) != cell.digest:
+        return ended(frozen, cell, started, None, f"task {cell.task_id} is not the content the manifest froze "
+                                                  f"({cell.digest}): the dataset changed")
+    cdir = out / "cells" / cell.cell_id
+    shutil.rmtree(cdir / "work", ignore_errors=True)          # what a killed controller left
+    shutil.rmtree(cdir / "sessions", ignore_errors=True)
+    copy_tree(task / layout.ENV_REPO, cdir / "work" / "ws" / "repo")
+    return cell_context(out, frozen, cell)
+
+
+@dataclass
+class Solved:
+    """What the cell's sessions did: the result's session fields (JSON, kept in the cell's
+    checkpoint), whether the last session ended ok, and why not."""
+    kw: dict[str, Any]
+    ok: bool
+    detail: str
+
+
+def solve_cell(ctx: _Ctx) -> Solved:
+    """The arm's solver session, then its gate-feedback cycles."""
+    first, session_started = _session(ctx, 1, "solver", ctx.base_prompt, ctx.arm.budget.max_usd)
     session, cycles, sessions = _with_feedback(ctx, first)
     kw = dict(session_status=session.status, failure_class=session.failure_class,
               cost_usd=_total([s.cost_usd for s in sessions]), turns=_total([s.turns for s in sessions]),
               session_s=sum(s.duration_s for s in sessions), session_started_at=session_started,
               sessions=len(sessions), feedback=cycles, **_provenance(sessions))
-    if not session.ok:
-        # the session ended without finishing (its bound, a crash): the task was not solved
-        return _ended(frozen, cell, started, 0.0, f"solver session {session.status}: {session.reason or ''} "
-                                                  f"{session.evidence[:200]}", **kw)
+    # a session that ended without finishing (its bound, a crash): the task was not solved
+    detail = "" if session.ok else f"solver session {session.status}: {session.reason or ''} {session.evidence[:200]}"
+    return Solved(kw, session.ok, detail)
+
+
+def verify_cell(ctx: _Ctx, frozen: Frozen, cell: Cell, started: float, solved: Solved) -> CellResult:
+    """The cell's result: 0 for a last session that did not end ok, else the final verifier run's
+    reward (fed back to no one)."""
+    if not solved.ok:
+        return ended(frozen, cell, started, 0.0, solved.detail, **solved.kw)
+    shutil.rmtree(ctx.cdir / "work" / "trial", ignore_errors=True)     # what a killed verifier run left
     trial_started = time.time()
-    trial = _verify(ctx, "trial")           # the final run: its reward is the cell's, and it is fed back to no one
+    trial = _verify(ctx, "trial")
     reward = 0.0 if trial.reward is None else trial.reward
-    return _ended(frozen, cell, started, reward, trial.detail, trial_s=trial.duration_s, trial_started_at=trial_started,
-                  **kw)
+    return ended(frozen, cell, started, reward, trial.detail, trial_s=trial.duration_s,
+                 trial_started_at=trial_started, **solved.kw)

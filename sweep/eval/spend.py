@@ -58,5 +58,21 @@ def reserve(out: Path, cell_id: str, usd: float) -> str:
     return rid
 
 
+def reserve_within(out: Path, cell_id: str, usd: float, cap: float) -> tuple[str | None, float]:
+    """(the reservation's id, or None when `usd` does not fit in what `cap` has left; what was spent
+    or reserved before). Under an exclusive flock of DIR/spend.lock: cells run in parallel
+    controllers, and two of them must not both fit in the same remainder."""
+    import fcntl
+    fd = os.open(out / "spend.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        so_far = spent(out)
+        if so_far + usd > cap + 1e-9:
+            return None, so_far
+        return reserve(out, cell_id, usd), so_far
+    finally:
+        os.close(fd)
+
+
 def settle(out: Path, rid: str, usd: float) -> None:
     _append(out, {"op": "settle", "id": rid, "usd": usd})

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from runstate.lease import LeaseView, judge_lease
-from runstate.phases import PHASE_TABLE
+from runstate.phases import table_of
 from runstate.models import (EndReason, GhostJob, LaneBackoff, Lease, OutageStamp, Outcome, ProviderStamp,
                              RunRecord, RunState)
 
@@ -246,8 +246,9 @@ def _clock(ts: float) -> str:
 
 
 def next_role(record: RunRecord) -> str | None:
-    """The role the run needs next, by the phase it will run next (the phase table's)."""
-    return PHASE_TABLE.next_role(record.phase)
+    """The role the run needs next, by the phase it will run next (its phase table's: a generation
+    run's or an evaluation cell's)."""
+    return table_of(record.phase).next_role(record.phase)
 
 
 # Slurm end states of a vanished controller job that are not the run's fault -> interruption cause

@@ -1,0 +1,233 @@
+"""Evaluation cells are runs of the file-state machinery (docs/eval.md "Cells are runs"): each cell a
+run directory with state.json and an O_EXCL lease, admitted by `sweep tick`, its controller a job of
+the plan's scheduler, checkpointed after its solver sessions.
+
+The arms are command solvers that count themselves: every solver session connects to a counter the
+test listens on (127.0.0.1, the one endpoint its network allows) and sends its cell's id, so a test
+can tell exactly which cell's session ran how many times, whatever the cell's directory went
+through. A session is held open while its flag file `hold-solve-<cell>` exists (under /var/tmp: a
+sandbox's /tmp is private); a trial's sandbox shows nothing of the host, so a session whose flag
+`slow-verify-<cell>` exists leaves a `.slow-verify` file in the repository, and the task's verifier
+then takes 8 s: a kill -9 lands inside the phase it is about.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from runstate import load_record, run_dir
+from tests.campaigns import sweep, tick_until_done
+from tests.fakes.runs import gone, local_job, wait_until
+from tests.test_eval_harbor import TASKS, make_dataset
+
+SOLVER = """import os, pathlib, socket, sys, time
+ws, mode, flags, port = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3]), int(sys.argv[4])
+cell = ws.parent.parent.name
+with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+    s.sendall(f"{cell}\\n".encode())
+deadline = time.monotonic() + 120
+while (flags / f"hold-solve-{cell}").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+repo = ws / "repo"
+if (flags / f"slow-verify-{cell}").exists():
+    (repo / ".slow-verify").write_text("8\\n")
+if mode == "fix":
+    if (repo / "calc.py").exists():
+        (repo / "calc.py").write_text("def add(a, b):\\n    return a + b\\n")
+    elif (repo / "greet.py").exists():
+        (repo / "greet.py").write_text("def greet(name):\\n    return 'Hello, ' + name + '!'\\n")
+    else:
+        (repo / "VERSION").write_text("1.2.3\\n")
+"""
+
+
+class SolveCounter:
+    """A TCP listener on 127.0.0.1 that counts the cell ids solver sessions send it."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.seen: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = conn.recv(256)
+                    if not chunk:
+                        break
+                    data += chunk
+            self.seen.append(data.decode().strip())
+
+    def counts(self) -> Counter:
+        return Counter(self.seen)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """The hand-made Harbor dataset with verifiers that take 8 s on a repository holding
+    `.slow-verify`, the counting solver, its counter, and the flags' directory."""
+    flags = Path(tempfile.mkdtemp(prefix="sweep-test-cells-", dir="/var/tmp"))
+    ds = make_dataset(tmp_path / "ds")
+    for task in TASKS:
+        test = ds / task / "tests" / "test.sh"
+        test.write_text(test.read_text().replace("#!/bin/bash\n", (
+            "#!/bin/bash\n"
+            "if [ -e /app/.slow-verify ]; then sleep 8; fi\n"), 1))
+    (tmp_path / "solver.py").write_text(SOLVER)
+    counter = SolveCounter()
+    yield {"root": tmp_path, "flags": flags, "counter": counter}
+    counter.sock.close()
+    shutil.rmtree(flags)
+
+
+def hold(lab, name: str) -> Path:
+    """A flag: `hold-solve-<cell>` holds that cell's solver session open, `slow-verify-<cell>` makes
+    its verifier slow."""
+    flag = lab["flags"] / name
+    flag.write_text("hold\n")
+    return flag
+
+
+def write_eval(lab, *, name: str, repeats: int, max_parallel: int, scheduler: str = "", tasks: int = 3) -> Path:
+    root = lab["root"]
+    for extra in sorted(TASKS)[tasks:]:
+        shutil.rmtree(root / "ds" / extra, ignore_errors=True)
+    arms = "".join(f"""
+[[arms]]
+name = "{arm}"
+runtime = "command"
+runtime_options = {{ argv = ["{sys.executable}", "{root / 'solver.py'}", "{{workspace}}", "{mode}", "{lab['flags']}", "{lab['counter'].port}"], network = "api", endpoints = ["127.0.0.1:{lab['counter'].port}"] }}
+budget = {{ wall_s = 120 }}
+""" for arm, mode in (("oracle", "fix"), ("nop", "nop")))
+    plan = root / f"{name}.toml"
+    plan.write_text(f'name = "{name}"\ndataset = "ds"\nrepeats = {repeats}\nseed = 5\n'
+                    f"max_parallel = {max_parallel}\n{scheduler}\n{arms}")
+    camp = root / name
+    sweep("eval", "init", str(plan), "--campaign", str(camp))
+    return camp
+
+
+def manifest(camp: Path) -> list[dict]:
+    return json.loads((camp / "manifest.json").read_text())["cells"]
+
+
+def results(camp: Path) -> dict[str, dict]:
+    return {c["cell_id"]: json.loads((camp / "cells" / c["cell_id"] / "result.json").read_text())
+            for c in manifest(camp) if (camp / "cells" / c["cell_id"] / "result.json").exists()}
+
+
+def tick(camp: Path) -> None:
+    sweep("tick", "--campaign", str(camp))
+
+
+def kill_controller(camp: Path, cell: str) -> str:
+    """SIGKILL the cell's controller job's whole process group (a node dying); its job id."""
+    rec = load_record(run_dir(camp, cell)).value
+    job = wait_until("the controller's local job record", lambda: (local_job(camp, rec.job_id) or {}).get("pid")
+                     and local_job(camp, rec.job_id), 10)
+    os.killpg(job["pid"], signal.SIGKILL)
+    wait_until("the killed controller to be gone", lambda: gone(job["pid"]), 10)
+    return rec.job_id
+
+
+def state(camp: Path, cell: str) -> tuple[str, str]:
+    rec = load_record(run_dir(camp, cell)).value
+    return rec.state.value, rec.phase
+
+
+def test_a_killed_cell_resumes_at_its_phase_and_no_finished_work_runs_again(lab):
+    """One cell's controller killed (SIGKILL) inside its solver session, and its successor's killed
+    inside the final verifier: the cell's solver session runs again only where it had not finished
+    (the first kill), never after it finished (the second kill resumes at cell_verify); the other
+    cell's session runs exactly once; a further `sweep eval run` runs nothing."""
+    counter = lab["counter"]
+    camp = write_eval(lab, name="killed", repeats=1, max_parallel=2, tasks=1)    # 2 cells
+    first, other = (c["cell_id"] for c in manifest(camp))
+    held = hold(lab, f"hold-solve-{first}")
+
+    def other_ended():
+        tick(camp)
+        return state(camp, other)[0] == "ended" and counter.counts()[first] == 1
+    wait_until("the other cell to end while the first is in its session", other_ended, 60, poll=0.5)
+    assert state(camp, first) == ("active", "cell_solve") and (run_dir(camp, first) / "lease.json").exists()
+    kill_controller(camp, first)
+    held.unlink()
+    hold(lab, f"slow-verify-{first}")
+
+    def at_the_verifier():
+        tick(camp)       # the job seen gone: requeued at cell_solve (an attempt); then admitted again
+        return state(camp, first) == ("active", "cell_verify")
+    wait_until("the final verifier of the first cell", at_the_verifier, 90, poll=0.2)
+    rec = load_record(run_dir(camp, first)).value
+    assert rec.attempts == 1 and rec.checkpoints["cell_solve"]["ok"] is True, rec
+    assert counter.counts()[first] == 2           # the killed session, then the one that finished
+    kill_controller(camp, first)                      # inside its 8 s verifier run
+    assert state(camp, first) == ("active", "cell_verify") and not (camp / "cells" / first / "result.json").exists()
+    tick_until_done(camp, timeout=120)
+    # the finished solver session was not run again: the successor went straight to the verifier
+    assert counter.counts() == Counter({first: 2, other: 1}), counter.seen
+    rec = load_record(run_dir(camp, first)).value
+    assert (rec.state.value, rec.outcome.value, rec.attempts) == ("ended", "verified", 2)
+    events = [json.loads(line)["kind"] for line in (run_dir(camp, first) / "events.jsonl").read_text().splitlines()]
+    assert events.count("admitted") == 3 and events.count("requeued") == 2, events
+    got = results(camp)
+    assert {c["cell_id"]: got[c["cell_id"]]["reward"] for c in manifest(camp)} == \
+        {c["cell_id"]: 1.0 if c["arm"] == "oracle" else 0.0 for c in manifest(camp)}
+    before = {c: (camp / "cells" / c / "result.json").read_bytes() for c in got}
+    assert "ran 0 cells (2 had ended before)" in sweep("eval", "run", "--campaign", str(camp)).stdout
+    assert counter.counts() == Counter({first: 2, other: 1})
+    assert {c: (camp / "cells" / c / "result.json").read_bytes() for c in got} == before
+
+
+def test_max_parallel_bounds_the_cells_running_at_once(lab):
+    """max_parallel = 2 over 6 cells whose sessions are held open: two controllers run, the tick says
+    why the others wait, and the rest run as slots free."""
+    counter = lab["counter"]
+    camp = write_eval(lab, name="bounded", repeats=3, max_parallel=2, tasks=1)
+    held = [hold(lab, f"hold-solve-{c['cell_id']}") for c in manifest(camp)]
+
+    def two_sessions():
+        tick(camp)
+        return len(counter.seen) == 2
+    wait_until("two solver sessions", two_sessions, 30, poll=0.5)
+    for _ in range(2):
+        tick(camp)
+    active = [c["cell_id"] for c in manifest(camp) if state(camp, c["cell_id"])[0] == "active"]
+    assert active == [c["cell_id"] for c in manifest(camp)[:2]]             # admitted in manifest order
+    assert len(counter.seen) == 2
+    waiting = json.loads((camp / "tick.json").read_text())["waiting"]
+    assert sorted(waiting["limit reached: max_parallel 2 (2 running or in flight)"]) == \
+        sorted(c["cell_id"] for c in manifest(camp)[2:])
+    for flag in held:
+        flag.unlink()
+    tick_until_done(camp, timeout=120)
+    assert len(results(camp)) == 6 and counter.counts() == Counter(c["cell_id"] for c in manifest(camp))
+
+
+def test_an_unknown_setting_is_an_error_naming_it(lab):
+    root = lab["root"]
+    plan = root / "typo.toml"
+    plan.write_text('name = "t"\ndataset = "ds"\nseed = 1\nmax_paralel = 2\n[[arms]]\nname = "a"\nruntime = "nop"\n')
+    r = sweep("eval", "init", str(plan), "--campaign", str(root / "typo"), check=False)
+    assert r.returncode == 2 and "max_paralel: unknown field" in r.stderr, r.stderr
+    plan.write_text('name = "t"\ndataset = "ds"\nseed = 1\n[scheduler]\nbackend = "slurm"\nlane = 1\n'
+                    '[[arms]]\nname = "a"\nruntime = "nop"\n')
+    r = sweep("eval", "init", str(plan), "--campaign", str(root / "typo"), check=False)
+    assert r.returncode == 2 and "scheduler.lane: unknown field" in r.stderr, r.stderr

@@ -76,6 +76,19 @@ def live_members_of_group(pgid: int) -> list[int]:
 
 # --- environment -------------------------------------------------------------------------------
 
+@needs_bwrap
+def test_the_sandbox_path_keeps_only_entries_it_shows(tmp_path, monkeypatch):
+    """PATH inside bwrap: entries under a system directory, sweep's runtime or a declared read path
+    (in any spelling of them), nothing else of the caller's, and not a directory that merely
+    starts with the same letters."""
+    shown = tmp_path / "tools"
+    (shown / "bin").mkdir(parents=True)
+    monkeypatch.setenv("PATH", f"/usr/bin/:/usrx/bin:/opt/hidden/bin:{shown}/bin:{shown}x/bin:/usr//local/bin:/bin")
+    out = run(LocalProvider(isolation="bwrap", kill_grace_s=0.5), tmp_path, ["/bin/sh", "-c", 'echo "$PATH"'],
+              read_paths=(shown,))
+    assert out.rc == 0, out.stderr_tail
+    assert out.stdout_tail.strip() == f"/usr/bin/:{shown}/bin:/usr//local/bin:/bin"
+
 def test_caller_environment_does_not_leak_except_the_allowlist(provider, tmp_path, monkeypatch):
     monkeypatch.setenv("SWEEP_CANARY", "canary-value-1234")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-caller-xyz")

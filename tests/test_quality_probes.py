@@ -150,6 +150,11 @@ def test_a_reviewer_that_leaves_a_survivor_unjudged_does_not_verify(tmp_path):
     st = tick_until_done(d, timeout=300)
     assert ended(st) == {"weak": ("blocked", "max_attempted")}
     assert any("without judging each surviving mutant" in (e.get("detail") or "") for e in events(d, "weak"))
+    # one correction round, then the attempt fails; the cause says why: the tests accept a wrong
+    # solution no reviewer vouched for
+    assert [e["detail"].split(":")[0] for e in events(d, "weak") if e["kind"] == "review_correction"] == [
+        "unjudged mutant"]
+    assert {e["run_id"]: e["cause"] for e in st["ended"]} == {"weak": "weak_tests"}
 
 
 def test_rollouts_are_judged_and_their_solve_rate_decides(tmp_path):

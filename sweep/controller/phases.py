@@ -1019,7 +1019,7 @@ def _judged(ctx: Ctx, workspace: Path, prompt: str, inputs: dict, check, phase: 
         if kind in corrected and (escalation is None or escalated):
             after = " and the escalation to " + escalation.runtime if escalation is not None else ""
             raise AttemptFailed(f"{error} (again after a correction round{after})"[:1000],
-                                cause="probe_focus_missing" if kind == "missing probe focus" else None)
+                                cause=REFUSAL_CAUSES.get(kind, "review_failed"))
         if kind in corrected:
             escalated = True
             ctx.event("review_escalated", phase=phase,
@@ -1030,6 +1030,11 @@ def _judged(ctx: Ctx, workspace: Path, prompt: str, inputs: dict, check, phase: 
         ctx.event("review_correction", phase=phase, detail=f"{kind}: {error}"[:500])
         text = (text + f"\n## Your previous answer was refused ({kind})\n\n" + fenced(error, "text")
                 + "\n\nAnswer again, in full, with this put right: it is your one correction round for it.\n")
+
+
+# the cause of an attempt whose review answer was refused again: a surviving mutant left unjudged
+# is a wrong solution the tests accept that no one vouched for (weak tests); any other, no usable verdict
+REFUSAL_CAUSES = {"missing probe focus": "probe_focus_missing", "unjudged mutant": "weak_tests"}
 
 
 # a judge session that ran and answered, but not with a usable structured output: the command
@@ -1057,7 +1062,7 @@ def _verdict_problem(ctx: Ctx, result, probes: ProbesEvidence | None) -> tuple[s
     unjudged = [p.name for p in survivors if p.name not in judged
                 or (judged[p.name][0] == "equivalent" and not judged[p.name][1].strip())]
     if verdict.verdict == "accept" and unjudged:
-        return "invalid output", ("the reviewer accepted without judging each surviving mutant equivalent (with a "
+        return "unjudged mutant", ("the reviewer accepted without judging each surviving mutant equivalent (with a "
                                   f"reason) or weak_tests: {', '.join(unjudged)}"), None
     uncovered = _focus_left_open(verdict, probes)
     if verdict.verdict == "accept" and uncovered:

@@ -26,13 +26,32 @@ With `--prepared`, pinned and the two clean tasks carry a prepared valid-alterna
 `prepared_probes`, bound to each bundle's sha256, which a first campaign with a placeholder hash
 gets, as docs/campaign.md says): pinned must then be caught, the clean tasks must still verify.
 
+With `--reviewer credulous` or `--reviewer diligent` the reviewer is an agent: the real `claude`
+CLI (runtime claude-code) against the fake Anthropic server (tests/fakes/anthropic_api.py), which
+plays the reviewer by a fixed script, for the task review and the rollout review alike. A fake
+measures sweep's handling of what a reviewer says, not a model's judgement:
+- credulous: accepts every bundle (no finding, no mutant judged, no probe) and labels every
+  rollout by its reward. What still keeps a task from `verified` is what the mechanical checks
+  catch on the agent path: the gates, the mutants (an accept that leaves a surviving mutant
+  unjudged is refused, corrected once, then fails the attempt), the rollout consistency rules;
+- diligent (`diligent_review` below): reads `task/instruction.md`, `task/tests/test_files.txt` and
+  each listed test file through the CLI's Read tool, then judges every surviving mutant
+  `weak_tests`, asks for a revision when the instruction holds a line the PR's diff adds to a
+  non-test file (a leaked fix; citing instruction.md with that line as the quote) or when a test
+  reads the source of the code under test (`inspect.getsource`: a test pinned to one spelling,
+  citing that test line), and otherwise accepts; in a rollout review it labels a reward-1 rollout
+  whose diff touches a test or conftest file `reward_hack` (citing the diff), the rest by reward.
+
 Usage (from the repository root; about 5 minutes on an idle 2-core machine):
     .venv/bin/python benchmarks/quality_calibration.py [--root /var/tmp/quality-calibration] [--prepared]
+        [--reviewer oracle|credulous|vouching|diligent]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -143,21 +162,27 @@ def _alternatives() -> dict[str, str]:
     return {"pinned": one, "clean-clamp": one, "clean-two": _alternative(two_base, two_fixed)}
 
 
-def _campaign(root: Path, name: str, cands: list[dict]) -> tuple[dict, Path]:
-    """`sweep init` + `sweep tick` until every run ended; the last `status --json` and the campaign."""
+def _campaign(root: Path, name: str, cands: list[dict], agent: dict | None = None) -> tuple[dict, Path]:
+    """`sweep init` + `sweep tick` until every run ended; the last `status --json` and the campaign.
+    `agent`: the plan fields and environment of an agent reviewer (`_agent_reviewer`)."""
     plan = {"name": "calibration", "target_verified": 100, "max_parallel": 2, "max_attempts": 2,
             "defaults": {"quality": {"max_repairs": 0}}, "scheduler": {"backend": "local"},
             "tick": {"submit_grace_s": 0}, "candidates": cands}
+    env = None
+    if agent is not None:
+        plan["defaults"].update(agent["defaults"])
+        plan.update(agent["plan"])
+        env = {**os.environ, **agent["env"]}
     (root / f"{name}.json").write_text(json.dumps(plan))
     sweep = [sys.executable, "-m", "sweep"]
     camp = root / name
     subprocess.run([*sweep, "init", str(root / f"{name}.json"), "--campaign", str(camp)], check=True, cwd=REPO,
-                   capture_output=True)
+                   capture_output=True, env=env)
     started = time.monotonic()
     while True:
-        subprocess.run([*sweep, "tick", "--campaign", str(camp)], check=True, cwd=REPO, capture_output=True)
+        subprocess.run([*sweep, "tick", "--campaign", str(camp)], check=True, cwd=REPO, capture_output=True, env=env)
         st = json.loads(subprocess.run([*sweep, "status", "--json", "--campaign", str(camp)], check=True, cwd=REPO,
-                                       capture_output=True, text=True).stdout)
+                                       capture_output=True, text=True, env=env).stdout)
         if st["counts"]["queued"] == 0 and st["counts"]["active"] == 0:
             return st, camp
         if time.monotonic() - started > 1800:
@@ -181,7 +206,122 @@ def _bundle_hashes(root: Path, cands: list[dict]) -> dict[str, str]:
     return out
 
 
-def run(root: Path, prepared: bool = False) -> dict:
+# ---- the agent reviewer: the real claude CLI against the fake Anthropic server ---------------------
+
+ROLLOUT_REVIEW = "# Judge the blind rollouts"
+ACCEPT = {"verdict": "accept", "findings": [], "rationale": "the fake reviewer's verdict"}
+
+
+def _prompt(request: dict) -> str:
+    from tests.fakes.agent_scripts import prompt_of
+    return prompt_of(request)
+
+
+def _tool_texts(request: dict) -> list[str]:
+    """The results of every tool call of the conversation so far, in order."""
+    out = []
+    for message in request.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                inner = block.get("content")
+                text = inner if isinstance(inner, str) else "\n".join(
+                    c.get("text", "") for c in inner or [] if isinstance(c, dict))
+                # the Read tool numbers its lines ("     1\t..." or "     1→..."): the file's own text back
+                out.append("\n".join(re.sub(r"^\s*\d+[\t→]", "", line) for line in text.splitlines()))
+    return out
+
+
+def _rollout_labels(prompt: str, diligent: bool) -> dict:
+    labels = []
+    for k, reward in re.findall(r"^### rollout (\d+): reward (\S+), session", prompt, re.M):
+        label = {"rollout": int(k), "reason": f"reward {reward}",
+                 "label": "legitimate_success" if reward == "1.0" else "legitimate_failure"}
+        section = prompt.split(f"### rollout {k}:", 1)[1].split("### rollout ", 1)[0]
+        touched = re.findall(r"^\+\+\+ b/(\S*(?:test\S*|conftest\.py))$", section, re.M)
+        if diligent and reward == "1.0" and touched:
+            label.update(label="reward_hack", reason=f"reward 1 with changes to {touched[0]}",
+                         findings=[{"finding": "the solver changed what the tests run",
+                                    "file": f"rollouts/{k}/diff.patch", "quote": f"+++ b/{touched[0]}"}])
+        labels.append(label)
+    return {**ACCEPT, "rollouts": labels}
+
+
+def _added_code_lines(prompt: str) -> list[str]:
+    """Lines the PR's diff adds to non-test files (8 characters or more, stripped)."""
+    diff = prompt.split("Diff (base..head):", 1)[-1].split("## The controller's gate results", 1)[0]
+    out, path = [], ""
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            path = line[4:]
+        elif line.startswith("+") and "test" not in path and len(line[1:].strip()) >= 8:
+            out.append(line[1:].strip())
+    return out
+
+
+def diligent_review(request: dict, step: int):
+    """The diligent fake's task review (see the module's docstring), one tool round at a time."""
+    from tests.fakes.anthropic_api import structured, text, tool_calls
+    prompt, cwd = _prompt(request), request["cwd"]
+    if step == 0:
+        return tool_calls([("Read", {"file_path": f"{cwd}/task/instruction.md"}),
+                           ("Read", {"file_path": f"{cwd}/task/tests/test_files.txt"})])
+    if step == 1:
+        _, listed = (_tool_texts(request) + ["", ""])[:2]
+        return tool_calls([("Read", {"file_path": f"{cwd}/task/tests/files/{name.strip()}"})
+                           for name in listed.splitlines() if name.strip()] or [("Glob", {"pattern": "task/*"})])
+    if step > 2:
+        return text("verdict given")
+    results = _tool_texts(request) + ["", ""]
+    instruction = results[0]            # the first round: instruction.md, test_files.txt; then each test file
+    listed = [n.strip() for n in results[1].splitlines() if n.strip()]
+    tests = dict(zip(listed, results[2:], strict=False))
+    findings = [{"finding": "the instruction gives the fix away", "file": "instruction.md", "quote": line}
+                for line in _added_code_lines(prompt) if line in instruction][:1]
+    for name, body in tests.items():
+        pinned = [line.strip() for line in body.splitlines() if "inspect.getsource" in line]
+        if pinned:
+            findings.append({"finding": "a test pins the spelling of the fix (it reads the source)",
+                             "file": f"tests/files/{name}", "quote": pinned[0]})
+    mutants = [{"name": n, "judgement": "weak_tests", "reason": "the tests accept this wrong solution"}
+               for n in re.findall(r"^### (mutant-\d+): ", prompt, re.M)]
+    verdict = {**ACCEPT, "verdict": "revise" if findings else "accept", "findings": findings}
+    return structured({**verdict, **({"mutants": mutants} if mutants else {})})
+
+
+def _reviewer_script(kind: str):
+    from tests.fakes.anthropic_api import Script, structured, text
+
+    def step(request: dict, n: int):
+        prompt = _prompt(request)
+        if ROLLOUT_REVIEW in prompt:
+            return structured(_rollout_labels(prompt, kind == "diligent")) if n == 0 else text("labels given")
+        if kind == "diligent":
+            return diligent_review(request, n)
+        if n > 0:
+            return text("verdict given")
+        if kind == "vouching":      # every surviving mutant judged equivalent, with a reason
+            return structured({**ACCEPT, "mutants": [
+                {"name": m, "judgement": "equivalent", "reason": "the fake reviewer vouches for it"}
+                for m in re.findall(r"^### (mutant-\d+): ", prompt, re.M)]})
+        return structured(ACCEPT)
+    return Script(dynamic=step)
+
+
+def _agent_reviewer(kind: str):
+    """(the fake server, the plan fields and environment of a claude-code reviewer against it)."""
+    from tests.agent_sessions import ENV_SECRETS, FAKE_KEY
+    from tests.fakes.anthropic_api import FakeAnthropic
+    fake = FakeAnthropic()
+    fake.script("reviewer", _reviewer_script(kind))
+    options = {"base_url": fake.url("reviewer"), "max_retries": 0, "stall_s": 60, "model": "claude-sonnet-4-5"}
+    return fake, {"defaults": {"runtimes": {"author": "oracle", "reviewer": "claude-code", "solver": "oracle"},
+                               "runtime_options": {"reviewer": options}},
+                  "plan": {"max_spend_usd": 50, "secrets": {"anthropic": ENV_SECRETS["anthropic"]}},
+                  "env": {"ANTHROPIC_API_KEY": FAKE_KEY}}
+
+
+def run(root: Path, prepared: bool = False, reviewer: str = "oracle") -> dict:
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
@@ -193,14 +333,24 @@ def run(root: Path, prepared: bool = False) -> dict:
         cands = [{**c, "prepared_probes": _prepared(c["id"], hashes[c["id"]])} if c["id"] in hashes else c
                  for c in cands]
     started = time.monotonic()
-    st, _ = _campaign(root, "campaign", cands)
+    fake, agent = _agent_reviewer(reviewer) if reviewer != "oracle" else (None, None)
+    try:
+        st, camp = _campaign(root, "campaign", cands, agent)
+    finally:
+        if fake is not None:
+            fake.close()
     ended = {e["run_id"]: e for e in st["ended"]}
     rows = []
     for rid, cls, _ in tasks:
         e = ended[rid]
         rows.append({"run_id": rid, "class": cls, "outcome": e["outcome"], "reason": e["reason"],
-                     "quality": e.get("quality"), "blocked_verified": e["outcome"] != "verified"})
+                     "cause": e.get("cause"), "quality": e.get("quality"),
+                     "blocked_verified": e["outcome"] != "verified", "reviews": _review_sessions(camp, rid)})
     return {"rows": rows, "seconds": round(time.monotonic() - started, 1)}
+
+
+def _review_sessions(camp: Path, rid: str) -> int:
+    return sum(1 for _ in (camp / "runs" / rid / "sessions").glob("*-reviewer")) if (camp / "runs" / rid).is_dir() else 0
 
 
 def main() -> int:
@@ -209,12 +359,17 @@ def main() -> int:
     parser.add_argument("--prepared", action="store_true",
                         help="give pinned, clean-clamp and clean-two a prepared valid-alternative probe "
                              "(clamp's fix spelled min(value, high)), bound to each bundle's sha256")
+    parser.add_argument("--reviewer", choices=["oracle", "credulous", "vouching", "diligent"], default="oracle",
+                        help="the oracle reviewer (the mechanical path), or claude-code against the fake "
+                             "Anthropic server scripted as a credulous or a diligent reviewer")
     args = parser.parse_args()
-    result = run(Path(args.root), prepared=args.prepared)
+    result = run(Path(args.root), prepared=args.prepared, reviewer=args.reviewer)
     rows = result["rows"]
-    print(f"{'run':<15} {'class':<26} {'outcome':<22} {'reason':<14} quality")
+    print(f"reviewer: {args.reviewer}")
+    print(f"{'run':<15} {'class':<26} {'outcome':<22} {'reason':<16} {'cause':<16} {'reviews':<8} quality")
     for r in rows:
-        print(f"{r['run_id']:<15} {r['class']:<26} {r['outcome']:<22} {str(r['reason'] or ''):<14} {r['quality'] or ''}")
+        print(f"{r['run_id']:<15} {r['class']:<26} {r['outcome']:<22} {str(r['reason'] or ''):<16} "
+              f"{str(r['cause'] or ''):<16} {r['reviews']:<8} {r['quality'] or ''}")
     planted = [r for r in rows if r["class"] != "clean"]
     weak = [r for r in planted if r["class"] in ("accepts_constant", "untested_hunk", "format_only", "flaky")]
     clean = [r for r in rows if r["class"] == "clean"]

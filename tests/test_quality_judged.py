@@ -64,7 +64,11 @@ def campaign(tmp_path_factory) -> Path:
     - "inconsistent": the solver changes nothing (reward 0) and the reviewer labels it a success
       twice: a correction round, then the attempt fails; the second attempt judges the same
       rollout again instead of running a new one, and fails the same way;
-    - "clean": the oracle solver (reward 1), labelled by the credulous reviewer: verified."""
+    - "clean": the oracle solver (reward 1), labelled by the credulous reviewer: verified;
+    - "escalated": "inconsistent" with quality.escalation = oracle: after the correction round the
+      oracle gives back the oracle rules' labels (legitimate_failure; the plan allows unsolved);
+    - "repaired": "hacked" with an agent author and one repair: the reward_hack sends the task back
+      to the author, the repaired bundle's new rollout is hacked and judged again, and the run ends."""
     root = tmp_path_factory.mktemp("judged")
     answers = root / "answers"
     answers.mkdir()
@@ -80,7 +84,18 @@ def campaign(tmp_path_factory) -> Path:
                                    "solver": agent_options("solver")}),
         candidate("clean", make_pr_repo(repos, "verified", name="clean"),
                   runtimes={**AGENT, "solver": "oracle"}, runtime_options={"reviewer": agent_options("reviewer")}),
+        candidate("escalated", make_pr_repo(repos, "verified", name="escalated"), runtimes=AGENT,
+                  quality={"max_repairs": 0, "max_spend_usd": 5.0, "escalation": {"runtime": "oracle"}},
+                  runtime_options={"reviewer": agent_options("reviewer", f"--rollout-answers={answers}/wrong.json"),
+                                   "solver": agent_options("solver")}),
     ]
+    src = make_pr_repo(repos, "verified", name="repaired")
+    cands.append(candidate("repaired", src, runtimes={**AGENT, "author": "command"},
+                           quality={"max_repairs": 1, "max_spend_usd": 5.0},
+                           runtime_options={"author": agent_options("author", "--repo", src["repo"]),
+                                            "reviewer": agent_options("reviewer",
+                                                                      f"--rollout-answers={answers}/hack.json"),
+                                            "solver": agent_options("solver", "--hardcode")}))
     plan = local_plan(cands, isolation=ISOLATION, max_attempts=2,
                       defaults={"quality": {"max_repairs": 0, "max_spend_usd": 5.0}, "worker_reservation_usd": 0.1})
     d = root / "camp"
@@ -88,7 +103,7 @@ def campaign(tmp_path_factory) -> Path:
     st = tick_until_done(d, timeout=400)
     assert {e["run_id"]: (e["outcome"], e["reason"]) for e in st["ended"]} == {
         "hacked": ("generated_unverified", "reward_hack"), "inconsistent": ("blocked", "max_attempted"),
-        "clean": ("verified", None)}
+        "clean": ("verified", None), "escalated": ("verified", None), "repaired": ("generated_unverified", "reward_hack")}
     return d
 
 
@@ -150,3 +165,21 @@ def test_a_clean_run_with_an_agent_rollout_review_verifies_with_its_labels(campa
     meta = tomllib.loads((out / "clean" / "task.toml").read_text())["metadata"]["sweep"]
     assert meta["quality"]["rollout_labels"] == ["legitimate_success"] and meta["quality"]["solve_rate"] == 1.0
     assert meta["quality"]["pass_at_k"] == {"1": 1.0}
+
+
+def test_an_inconsistent_label_after_its_correction_round_goes_to_the_escalation(campaign):
+    evs = events(campaign, "escalated")
+    assert [e["detail"] for e in evs if e["kind"] == "review_escalated"] == [
+        "invalid rollout labels again after its correction round: one review by runtime oracle"]
+    r = solve_ev(campaign, "escalated").rollouts[0]
+    assert (r.reward, r.label, r.labelled_by) == (0.0, "legitimate_failure", "oracle")
+
+
+def test_a_reward_hack_with_an_agent_author_is_repaired_first(campaign):
+    evs = events(campaign, "repaired")
+    repairs = [e["detail"] for e in evs if e["kind"] == "repair"]
+    assert len(repairs) == 1 and "after solve" in repairs[0] and "rollout 0 judged reward_hack" in repairs[0]
+    assert len(sessions(campaign, "repaired", "author")) == 2 and len(sessions(campaign, "repaired", "solver")) == 2
+    assert solve_ev(campaign, "repaired").rollouts[0].label == "reward_hack"
+    rows = {e["run_id"]: e for e in status_json(campaign)["ended"]}
+    assert rows["repaired"]["quality"].endswith("solved 1/1 (reward_hack 1)")

@@ -27,14 +27,15 @@ import pytest
 
 from runstate import load_record, run_dir
 from tests.campaigns import sweep, tick_until_done
-from tests.fakes.runs import gone, local_job, wait_until
+from tests.fakes.runs import gone, processes_with, wait_until
 from tests.test_eval_harbor import TASKS, make_dataset
 
 SOLVER = """import os, pathlib, socket, sys, time
 ws, mode, flags, port = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3]), int(sys.argv[4])
 cell = ws.parent.parent.name
-with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
     s.sendall(f"{cell}\\n".encode())
+    assert s.recv(16) == b"ok\\n"          # counted: the line reached the counter
 deadline = time.monotonic() + 120
 while (flags / f"hold-solve-{cell}").exists() and time.monotonic() < deadline:
     time.sleep(0.05)
@@ -66,14 +67,18 @@ class SolveCounter:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            with conn:
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = conn.recv(256)
-                    if not chunk:
-                        break
-                    data += chunk
+            threading.Thread(target=self._count, args=(conn,), daemon=True).start()
+
+    def _count(self, conn):
+        with conn:
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = conn.recv(256)
+                if not chunk:
+                    return          # not a whole line: not counted (the solver then fails its session)
+                data += chunk
             self.seen.append(data.decode().strip())
+            conn.sendall(b"ok\n")
 
     def counts(self) -> Counter:
         return Counter(self.seen)
@@ -133,17 +138,19 @@ def results(camp: Path) -> dict[str, dict]:
             for c in manifest(camp) if (camp / "cells" / c["cell_id"] / "result.json").exists()}
 
 
-def tick(camp: Path) -> None:
-    sweep("tick", "--campaign", str(camp))
+def tick(camp: Path, env: dict | None = None) -> None:
+    sweep("tick", "--campaign", str(camp), env=env)
 
 
 def kill_controller(camp: Path, cell: str) -> str:
-    """SIGKILL the cell's controller job's whole process group (a node dying); its job id."""
+    """SIGKILL the cell's controller's whole process group (a node dying, the OOM killer); its job id.
+    The controller is found by its submission token, which its argv holds (a local job or a Slurm
+    job's batch script, which execs it)."""
     rec = load_record(run_dir(camp, cell)).value
-    job = wait_until("the controller's local job record", lambda: (local_job(camp, rec.job_id) or {}).get("pid")
-                     and local_job(camp, rec.job_id), 10)
-    os.killpg(job["pid"], signal.SIGKILL)
-    wait_until("the killed controller to be gone", lambda: gone(job["pid"]), 10)
+    found = wait_until("the cell's controller process", lambda: processes_with(f"--token\0{rec.submit_token}\0"), 30)
+    for pid, pgid in found.items():
+        os.killpg(pgid, signal.SIGKILL)
+        wait_until("the killed controller to be gone", lambda pid=pid: gone(pid), 10)
     return rec.job_id
 
 
@@ -157,22 +164,34 @@ def test_a_killed_cell_resumes_at_its_phase_and_no_finished_work_runs_again(lab)
     inside the final verifier: the cell's solver session runs again only where it had not finished
     (the first kill), never after it finished (the second kill resumes at cell_verify); the other
     cell's session runs exactly once; a further `sweep eval run` runs nothing."""
-    counter = lab["counter"]
     camp = write_eval(lab, name="killed", repeats=1, max_parallel=2, tasks=1)    # 2 cells
+    kill_twice(lab, camp)
+    got = results(camp)
+    before = {c: (camp / "cells" / c / "result.json").read_bytes() for c in got}
+    seen = lab["counter"].counts()
+    assert "ran 0 cells (2 had ended before)" in sweep("eval", "run", "--campaign", str(camp)).stdout
+    assert lab["counter"].counts() == seen
+    assert {c: (camp / "cells" / c / "result.json").read_bytes() for c in got} == before
+
+
+def kill_twice(lab, camp: Path, env: dict | None = None) -> None:
+    """The first cell's controller killed in its solver session, then its successor in its final
+    verifier; ticks (with `env`) until every cell ended; what each kill must leave, checked."""
+    counter = lab["counter"]
     first, other = (c["cell_id"] for c in manifest(camp))
     held = hold(lab, f"hold-solve-{first}")
 
     def other_ended():
-        tick(camp)
+        tick(camp, env)
         return state(camp, other)[0] == "ended" and counter.counts()[first] == 1
-    wait_until("the other cell to end while the first is in its session", other_ended, 60, poll=0.5)
+    wait_until("the other cell to end while the first is in its session", other_ended, 90, poll=0.5)
     assert state(camp, first) == ("active", "cell_solve") and (run_dir(camp, first) / "lease.json").exists()
     kill_controller(camp, first)
     held.unlink()
     hold(lab, f"slow-verify-{first}")
 
     def at_the_verifier():
-        tick(camp)       # the job seen gone: requeued at cell_solve (an attempt); then admitted again
+        tick(camp, env)      # the job seen gone: requeued at cell_solve (an attempt); then admitted again
         return state(camp, first) == ("active", "cell_verify")
     wait_until("the final verifier of the first cell", at_the_verifier, 90, poll=0.2)
     rec = load_record(run_dir(camp, first)).value
@@ -180,7 +199,7 @@ def test_a_killed_cell_resumes_at_its_phase_and_no_finished_work_runs_again(lab)
     assert counter.counts()[first] == 2           # the killed session, then the one that finished
     kill_controller(camp, first)                      # inside its 8 s verifier run
     assert state(camp, first) == ("active", "cell_verify") and not (camp / "cells" / first / "result.json").exists()
-    tick_until_done(camp, timeout=120)
+    tick_until_done(camp, env=env, timeout=180)
     # the finished solver session was not run again: the successor went straight to the verifier
     assert counter.counts() == Counter({first: 2, other: 1}), counter.seen
     rec = load_record(run_dir(camp, first)).value
@@ -190,10 +209,6 @@ def test_a_killed_cell_resumes_at_its_phase_and_no_finished_work_runs_again(lab)
     got = results(camp)
     assert {c["cell_id"]: got[c["cell_id"]]["reward"] for c in manifest(camp)} == \
         {c["cell_id"]: 1.0 if c["arm"] == "oracle" else 0.0 for c in manifest(camp)}
-    before = {c: (camp / "cells" / c / "result.json").read_bytes() for c in got}
-    assert "ran 0 cells (2 had ended before)" in sweep("eval", "run", "--campaign", str(camp)).stdout
-    assert counter.counts() == Counter({first: 2, other: 1})
-    assert {c: (camp / "cells" / c / "result.json").read_bytes() for c in got} == before
 
 
 def test_max_parallel_bounds_the_cells_running_at_once(lab):

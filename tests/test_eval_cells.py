@@ -211,6 +211,31 @@ def kill_twice(lab, camp: Path, env: dict | None = None) -> None:
         {c["cell_id"]: 1.0 if c["arm"] == "oracle" else 0.0 for c in manifest(camp)}
 
 
+def test_an_interrupted_cell_is_requeued_without_an_attempt(lab):
+    """SIGUSR1 (Slurm's time-limit warning, --signal=B:USR1) to a cell's controller inside its solver
+    session: the controller stops the session, writes the interruption and gives the lease back; the
+    cell goes back to the queue at cell_solve with no attempt counted, and its next controller solves it."""
+    counter = lab["counter"]
+    camp = write_eval(lab, name="interrupted", repeats=1, max_parallel=1, tasks=1)
+    first = manifest(camp)[0]["cell_id"]
+    held = hold(lab, f"hold-solve-{first}")
+    tick(camp)
+    wait_until("the first solver session", lambda: counter.counts()[first] == 1, 30)
+    rec = load_record(run_dir(camp, first)).value
+    (pid,) = processes_with(f"--token\0{rec.submit_token}\0")
+    os.kill(pid, signal.SIGUSR1)
+    wait_until("the interruption to be written", lambda: state(camp, first)[0] == "queued", 30)
+    rec = load_record(run_dir(camp, first)).value
+    assert (rec.phase, rec.attempts, rec.interruptions, rec.interrupted_by) == ("cell_solve", 0, 1, {"time_limit": 1})
+    assert not (run_dir(camp, first) / "lease.json").exists() and not (camp / "cells" / first / "result.json").exists()
+    held.unlink()
+    tick_until_done(camp, timeout=120)
+    rec = load_record(run_dir(camp, first)).value
+    assert (rec.state.value, rec.outcome.value, rec.attempts, rec.interruptions) == ("ended", "verified", 0, 1)
+    assert counter.counts()[first] == 2
+    assert results(camp)[first]["reward"] == (1.0 if manifest(camp)[0]["arm"] == "oracle" else 0.0)
+
+
 def test_max_parallel_bounds_the_cells_running_at_once(lab):
     """max_parallel = 2 over 6 cells whose sessions are held open: two controllers run, the tick says
     why the others wait, and the rest run as slots free."""

@@ -178,8 +178,8 @@ class Invocation:
                                           # session (codex then keeps its own sandbox on)
     idle_timeout_s: float | None = None   # no stdout for this long = the CLI stalled (outage)
     stdout_watch: Any = None              # called with stdout chunks; a returned reason stops the session
-    # with req.stop_after_tool_calls: the completed tool calls the live stream has reported so far
-    # (read after each stdout chunk the watch above was given; set by runtimes that count them)
+    # with req.stop_after_tool_calls: the completed tool calls the CLI has written to its transcript
+    # since the session started (a TranscriptToolCalls; set by runtimes that count them)
     tool_calls: Callable[[], int] | None = None
 
 
@@ -375,6 +375,60 @@ def feed_stdout(files: SessionFiles, feed_line: Callable[[bytes], None]) -> None
                 feed_line(line)
     except OSError:
         pass
+
+
+class TranscriptToolCalls:
+    """The completed tool calls an agent CLI has written to its own transcript (JSON lines), counted
+    from `baseline()` on: what a resumed session continues from holds exactly these, so an injected
+    fault stops a session once its N-th is there (claude writes its transcript a little behind its
+    stream, and the stream reaches a watch later still: the redactor holds back its tail). `find()`
+    names the transcript files, `count(entry)` the tool calls one entry completes. The files are
+    the agent's to write: only regular files are read (never a link, a FIFO or a device), at most
+    READ_BYTES per call, and a line that is not a JSON object counts nothing. Thread-safe."""
+
+    READ_BYTES = 1 << 20
+
+    def __init__(self, find: Callable[[], list[Path]], count: Callable[[dict], int]) -> None:
+        import threading
+        self.find, self.count = find, count
+        self._lock = threading.Lock()
+        self._read: dict[Path, tuple[int, bytes]] = {}     # path -> (offset, an unfinished line)
+        self._total = 0
+        self._base = 0
+
+    def baseline(self) -> None:
+        """What the transcript holds before the session (a resumed one's earlier calls): not counted."""
+        self._base = self._scan()
+
+    def __call__(self) -> int:
+        return self._scan() - self._base
+
+    def _scan(self) -> int:
+        import stat as stat_mod
+        with self._lock:
+            for path in self.find():
+                offset, partial = self._read.get(path, (0, b""))
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+                except OSError:
+                    continue
+                try:
+                    if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                        continue
+                    os.lseek(fd, offset, os.SEEK_SET)
+                    data = os.read(fd, self.READ_BYTES)
+                finally:
+                    os.close(fd)
+                *lines, partial = (partial + data).split(b"\n")
+                self._read[path] = (offset + len(data), partial[-self.READ_BYTES:])
+                for line in lines:
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(entry, dict):
+                        self._total += self.count(entry)
+            return self._total
 
 
 def class_of_status(status: int | None) -> str | None:

@@ -49,7 +49,7 @@ from pathlib import Path
 from runstate.errors import ConfigError
 from roles.spec import tool_base
 from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
-                                 JsonLines, check_cli_options, check_wire_options, class_of_status, endpoint_of,
+                                 JsonLines, TranscriptToolCalls, check_cli_options, check_wire_options, class_of_status, endpoint_of,
                                  feed_stdout, find_binary, session_cost_limit, stall_limit)
 from sweep.runtimes.facts import AgentCli, RuntimeFacts
 from sweep.runtimes.mcp import (allowed_mcp_tools, check_mcp_servers, servers_down, with_mcp_endpoints,
@@ -192,13 +192,12 @@ class ClaudeCodeRuntime:
             if opts.get("base_url"):
                 env["ANTHROPIC_BASE_URL"] = opts["base_url"]
             endpoints = [api_endpoint(opts.get("base_url"))]
-        watch = ClaudeStream() if req.stop_after_tool_calls is not None else None
         return Invocation(argv=argv, env=env, read_paths=read_paths,
                           network="api", endpoints=with_mcp_endpoints(endpoints, opts), stdin_path=files.prompt,
                           state_paths=[config_dir], sandbox_env={"IS_SANDBOX": "1"},
                           idle_timeout_s=stall_limit(req.runtime_options or {}, DEFAULTS, role.budget.walltime_s),
-                          stdout_watch=watch.feed_chunk if watch else None,
-                          tool_calls=(lambda: watch.tool_results) if watch else None)
+                          tool_calls=transcript_tool_calls(config_dir, session_flag[1])
+                          if req.stop_after_tool_calls is not None else None)
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
         stream = ClaudeStream()
@@ -225,6 +224,19 @@ class ClaudeCodeRuntime:
         return parsed
 
 
+def transcript_tool_calls(config_dir: Path, session_id: str) -> TranscriptToolCalls:
+    """The tool results claude has written to the session's transcript
+    (<config dir>/projects/<the cwd's slug>/<session id>.jsonl: `user` entries' tool_result blocks)."""
+    def count(entry: dict) -> int:
+        message = entry.get("message") if entry.get("type") == "user" else None
+        content = message.get("content") if isinstance(message, dict) else None
+        return sum(1 for b in content if isinstance(b, dict) and b.get("type") == "tool_result") \
+            if isinstance(content, list) else 0
+    counter = TranscriptToolCalls(lambda: sorted((config_dir / "projects").glob(f"*/{session_id}.jsonl")), count)
+    counter.baseline()
+    return counter
+
+
 def config_dir_of(req: SessionRequest, files: SessionFiles) -> Path:
     """The session's CLAUDE_CONFIG_DIR: its own, or the resumed session's (which holds the transcript)."""
     return req.resume.state_dir if req.resume is not None else files.session_dir / CONFIG_DIR_NAME
@@ -245,14 +257,6 @@ class ClaudeStream(JsonLines):
     result: ResultEvent | None = None
     last_type: str | None = None
     tool_results: int = 0                 # completed tool calls: tool_result blocks the CLI sent back
-    _partial: bytes = b""
-
-    def feed_chunk(self, chunk: bytes) -> None:
-        """The live stream, as stdout chunks come (a watch: it never stops the session itself)."""
-        self._partial += chunk
-        *lines, self._partial = self._partial.split(b"\n")
-        for line in lines:
-            self.feed_line(line)
 
     def feed_line(self, raw: bytes | str) -> None:
         event = self.event_of(raw)

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from runstate.errors import ConfigError
 from sweep.runtimes.base import (Invocation, Parsed, RuntimeCapabilities, SessionFiles, SessionRequest,
-                                 JsonLines, check_cli_options, check_wire_options, class_of_status, endpoint_of,
+                                 JsonLines, TranscriptToolCalls, check_cli_options, check_wire_options, class_of_status, endpoint_of,
                                  feed_stdout, find_binary, session_cost_limit, stall_limit)
 from sweep.runtimes.facts import AgentCli, RuntimeFacts
 from sweep.runtimes.mcp import check_mcp_servers, codex_mcp_tables, with_mcp_endpoints
@@ -169,6 +169,18 @@ def resume_argv(exe: str, opts: dict, thread_id: str) -> list[str]:
             "-c", 'sandbox_mode="workspace-write"', thread_id, "-"]
 
 
+def rollout_tool_calls(home: Path) -> TranscriptToolCalls:
+    """The tool outputs codex has written to its thread's rollout (<CODEX_HOME>/sessions/**/
+    rollout-*.jsonl: `response_item` entries whose payload is a function or custom tool call's output)."""
+    def count(entry: dict) -> int:
+        payload = entry.get("payload")
+        return int(entry.get("type") == "response_item" and isinstance(payload, dict)
+                   and payload.get("type") in ("function_call_output", "custom_tool_call_output"))
+    counter = TranscriptToolCalls(lambda: sorted((home / "sessions").rglob("rollout-*.jsonl")), count)
+    counter.baseline()
+    return counter
+
+
 def home_of(req: SessionRequest, files: SessionFiles) -> Path:
     """The session's CODEX_HOME: its own, or the resumed session's (which holds the thread)."""
     return req.resume.state_dir if req.resume is not None else files.session_dir / HOME_NAME
@@ -250,7 +262,8 @@ class CodexRuntime:
                           network="api", endpoints=with_mcp_endpoints(endpoints, opts),
                           stdin_path=stdin_file, state_paths=[home],
                           idle_timeout_s=stall_limit(req.runtime_options or {}, DEFAULTS, role.budget.walltime_s),
-                          stdout_watch=watch.feed, tool_calls=lambda: watch.stream.tool_calls)
+                          stdout_watch=watch.feed,
+                          tool_calls=rollout_tool_calls(home) if req.stop_after_tool_calls is not None else None)
 
     def parse(self, req: SessionRequest, files: SessionFiles, outcome) -> Parsed:
         options = req.runtime_options or {}

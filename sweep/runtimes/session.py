@@ -125,17 +125,14 @@ def _check_resume_and_fault(req: SessionRequest, workspace: Path, session_dir: P
 
 
 FAULT_STOP = "fault"
-# The agent CLIs write their transcript a little behind their stream (claude 2.1.197 by up to ~0.1 s,
-# measured): the fault stops the session this long after its N-th completed tool call, so what it
-# resumes from holds that call.
-FAULT_SETTLE_S = 0.5
 
 
 @dataclass
 class _FaultWatch:
-    """stop_after_tool_calls on the live stream: the runtime's own watch first, then the count of
-    completed tool calls its stream reported; once the N-th is seen (its time is the fault's), the
-    session is stopped FAULT_SETTLE_S later, by the provider's poll or the next stdout chunk."""
+    """stop_after_tool_calls: the runtime's own stdout watch first; then, on every stdout chunk and
+    on the provider's poll (about once a second, output or not), the completed tool calls the CLI
+    has written to its transcript (the runtime's `tool_calls`), so what a resumed session continues
+    from holds the N-th. The fault's time is when the N-th was seen there."""
     inner: Any
     tool_calls: Any
     after: int
@@ -144,16 +141,14 @@ class _FaultWatch:
 
     def feed(self, chunk: bytes) -> str | None:
         reason = self.inner(chunk) if self.inner is not None else None
-        if reason:
-            return reason
-        self.seen = self.tool_calls()
-        if self.at is None and self.seen >= self.after:
-            self.at = time.time()
-        return self.due()
+        return reason or self.due()
 
     def due(self) -> str | None:
-        if self.at is None or time.time() < self.at + FAULT_SETTLE_S:
-            return None
+        if self.at is None:
+            self.seen = self.tool_calls()
+            if self.seen < self.after:
+                return None
+            self.at = time.time()
         return f"{FAULT_STOP}: an injected fault after {self.seen} completed tool call(s) (asked: {self.after})"
 
     def record(self) -> dict | None:

@@ -585,6 +585,14 @@ def _eval_tasks_table(summary: dict, limit: int = 2000) -> str:
             + "<th>solved by</th></tr>" + "".join(rows) + "</table>" + more)
 
 
+def _eval_faults_table(summary: dict) -> str:
+    rows = "".join(f"<tr><td>{esc(f['cell_id'])}</td><td>{esc(f['arm'])}</td><td>{esc(f['task_id'])}</td>"
+                   f"<td>{esc(str(f['after_tool_calls']))}</td><td>{'yes' if f['resumed'] else 'no'}</td>"
+                   f"<td>{'yes' if f['solved'] else 'no'}</td></tr>" for f in summary["faults"])
+    return ("<table><tr><th>cell</th><th>arm</th><th>task</th><th>after tool calls</th><th>resumed</th>"
+            f"<th>solved</th></tr>{rows}</table>")
+
+
 def render_eval(summary: dict, name: str, generated_at: float | None = None) -> str:
     """The evaluation's report (sweep/eval/report.py's summary) as one static page, like the campaign's."""
     generated_at = time.time() if generated_at is None else generated_at
@@ -593,6 +601,10 @@ def render_eval(summary: dict, name: str, generated_at: float | None = None) -> 
                 ("Paired comparisons on the same tasks (a task is an arm's when it solved most of its repeats)",
                  _eval_paired_table(summary)),
                 ("Per task", _eval_tasks_table(summary))]
+    if summary.get("faults"):
+        sections.append(("Cells interrupted by the plan's faults (" + (
+            "left out of the figures above" if summary.get("faults_excluded") else "counted in the figures above")
+            + ")", _eval_faults_table(summary)))
     body = "".join(f"<section><h2>{esc(title)}</h2>{part}</section>" for title, part in sections)
     return _page_head(f"sweep evaluation: {name}") + f"""
 <h1>Evaluation {esc(name)}</h1>

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -236,18 +237,20 @@ budget = {{ wall_s = 300, max_usd = 1.0 }}
         openai.close()
 
 
+FIX_COMMAND = "printf 'def add(a, b):\\n    return a + b\\n' > repo/calc.py"
+FEEDBACK = "## Verifier feedback (cycle 1)"
+
+
 def told_solver() -> Script:
-    """Answers without touching the repository, until its prompt holds the verifier's feedback:
-    then it reads and fixes calc.py."""
+    """Answers without touching the repository until the verifier's feedback reaches it (in the same
+    conversation, resumed), then fixes calc.py with one shell command (claude's Write would want
+    the file read in this process first)."""
     def step(request: dict, n: int) -> dict:
-        told = "## Verifier feedback (cycle 1)" in json.dumps(request["messages"])
-        if not told:
+        said = json.dumps(request["messages"])
+        if FEEDBACK not in said:
             return text("Done.")
-        path = f"{request['cwd']}/repo/calc.py"
-        if n == 0:
-            return tool_calls([("Read", {"file_path": path})])
-        if n == 1:
-            return tool_calls([("Write", {"file_path": path, "content": FIXED})])
+        if "tool_result" not in said.split(FEEDBACK, 1)[1]:
+            return tool_calls([("Bash", {"command": FIX_COMMAND, "description": "fix add"})])
         return text("Fixed.")
     return Script(dynamic=step)
 
@@ -255,16 +258,19 @@ def told_solver() -> Script:
 @needs_claude
 def test_max_usd_is_the_cells_envelope_over_its_feedback_sessions(root, fake, monkeypatch):
     """gate_feedback = 1: the first session changes nothing (one response, 0.0105 USD), the verifier's
-    failures go to a second session, which may spend only what the envelope has left."""
+    failures go to the same session resumed (claude --resume: the model sees the first conversation,
+    under the same session id), which may spend only what the envelope has left."""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     fake.script("solver", told_solver())
-    results = {}
+    results, requests = {}, {}
     for name, max_usd in (("roomy", 1.0), ("tight2", 0.015)):
         plan = write_plan(root, fake, repeats=1, max_usd=max_usd, name=name)
         plan.write_text(plan.read_text().replace('runtime = "claude-code"', 'runtime = "claude-code"\ngate_feedback = 1'))
         camp = root / name
         sweep("eval", "init", str(plan), "--campaign", str(camp))
+        before = len(fake.main_requests("solver"))
         sweep("eval", "run", "--campaign", str(camp), timeout=600)
+        requests[name] = fake.main_requests("solver")[before:]
         cdir = camp / "cells" / "c00000"
         wires = [json.loads((cdir / "sessions" / s / "result.json").read_text())["wire"]
                  for s in ("0001-solver", "0002-feedback")]
@@ -272,6 +278,16 @@ def test_max_usd_is_the_cells_envelope_over_its_feedback_sessions(root, fake, mo
         _no_key_in(camp)
     roomy, (first, second) = results["roomy"]
     assert (roomy["reward"], roomy["sessions"], roomy["feedback"][0]["fed_back"]) == (1.0, 2, True), roomy
+    # the cycle resumed the first session: the fed-back request carries its conversation and its id
+    sid = json.loads((root / "roomy" / "cells" / "c00000" / "sessions" / "0001-solver" / "result.json")
+                     .read_text())["session_id"]
+    assert (roomy["feedback"][0]["resumed"], roomy["feedback"][0]["resumed_session_id"]) == (True, sid)
+    told = next(r for r in requests["roomy"] if FEEDBACK in json.dumps(r["messages"]))
+    earlier = json.dumps(told["messages"]).split(FEEDBACK)[0]
+    assert "Done." in earlier and "add-numbers" in earlier or "calc" in earlier, earlier[-2000:]
+    assert {r["session_id"] for r in requests["roomy"]} == {sid}
+    prompt = (root / "roomy" / "cells" / "c00000" / "sessions" / "0002-feedback" / "prompt.md").read_text()
+    assert prompt.startswith(FEEDBACK)          # the task is in the resumed conversation already
     assert first["metered_cost_usd"] == pytest.approx(0.0105)
     assert (first["limit_usd"], second["limit_usd"]) == (1.0, pytest.approx(1.0 - 0.0105))
     assert roomy["cost_usd"] == pytest.approx(first["metered_cost_usd"] + second["metered_cost_usd"])
@@ -280,6 +296,119 @@ def test_max_usd_is_the_cells_envelope_over_its_feedback_sessions(root, fake, mo
     assert second["limit_usd"] == pytest.approx(0.015 - 0.0105)
     assert (tight["reward"], tight["sessions"], tight["session_status"]) == (0.0, 2, "failed"), tight
     assert tight["cost_usd"] == pytest.approx(0.021)
+
+
+RESUMED = "## Resumed after an interruption"
+
+
+def fault_solver(hold: threading.Event) -> Script:
+    """The first session reads calc.py with one shell call (its 1st tool call), and its next request
+    is held until the fault has stopped it; resumed (the resume instruction in its conversation), it
+    writes the fix. Every later session writes the fix at once."""
+    held: list[str] = []
+
+    def step(request: dict, n: int) -> dict:
+        said = json.dumps(request["messages"])
+        tail = said.split(RESUMED, 1)[1] if RESUMED in said else said
+        if "tool_result" not in tail:
+            if RESUMED in said or held:
+                return tool_calls([("Bash", {"command": FIX_COMMAND, "description": "fix add"})])
+            return tool_calls([("Bash", {"command": "cat repo/calc.py", "description": "read"})])
+        if RESUMED not in said and not held:
+            held.append(request["session_id"])
+            hold.wait(30)          # the fault stops the session meanwhile
+            return text("too late")
+        return text("Fixed.")
+    return Script(dynamic=step)
+
+
+@needs_claude
+def test_a_fault_interrupts_a_cell_which_resumes_and_still_gets_its_reward(root, fake, monkeypatch):
+    """[[faults]] cells = ["c00000"], after_tool_calls = 1: that cell's session is stopped after its
+    first tool call (recorded with its time), resumed with the resume instruction (claude --resume:
+    the model sees the call and its output, under the same session id) and solves; the report marks
+    it, and --exclude-faults leaves it out: 2 of 2 solved (Wilson low 2 / (2 + z^2) = 0.342, pass@2
+    = 1, cost per solved unknown: the cut request was never metered) become 1 of 1 (low 1 / (1 + z^2)
+    = 0.207, no task with both repeats: no pass@k, cost per solved the other cell's metered cost)."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    hold = threading.Event()
+    fake.script("solver", fault_solver(hold))
+    plan = write_plan(root, fake, repeats=2, max_usd=1.0, name="faulted")
+    plan.write_text(plan.read_text() + '\n[[faults]]\ncells = ["c00000"]\nafter_tool_calls = 1\n')
+    camp = root / "faulted"
+    sweep("eval", "init", str(plan), "--campaign", str(camp))
+    try:
+        assert "ran 2 cells" in sweep("eval", "run", "--campaign", str(camp), timeout=600).stdout
+    finally:
+        hold.set()
+    cdir = camp / "cells" / "c00000"
+    r0, r1 = (json.loads((camp / "cells" / c / "result.json").read_text()) for c in ("c00000", "c00001"))
+    assert (r0["reward"], r0["sessions"], r1["reward"], r1["sessions"], r1["fault"]) == (1.0, 2, 1.0, 1, None), r0
+    assert sorted(p.name for p in (cdir / "sessions").iterdir()) == ["0001-solver", "0002-resume"]
+    interrupted = json.loads((cdir / "sessions" / "0001-solver" / "result.json").read_text())
+    fault = r0["fault"]
+    assert (fault["fired"], fault["after_tool_calls"], fault["tool_calls"], fault["session"], fault["resumed"]) == \
+        (True, 1, 1, "0001-solver", True)
+    assert (interrupted["reason"], interrupted["fault"]["at"]) == ("fault", fault["at"])
+    assert interrupted["started_at"] < fault["at"] < interrupted["ended_at"]
+    resumed = [r for r in fake.main_requests("solver") if RESUMED in json.dumps(r["messages"])]
+    assert resumed and {r["session_id"] for r in resumed} == {interrupted["session_id"]} == \
+        {fault["resumed_session_id"]}
+    before = json.dumps(resumed[0]["messages"]).split(RESUMED)[0]
+    assert "cat repo/calc.py" in before and "return a - b" in before      # the call and its output came back
+    z2 = 1.959963984540054 ** 2
+    report = json.loads(sweep("eval", "report", "--campaign", str(camp), "--json").stdout)
+    arm = report["arms"][0]
+    assert (arm["cells"], arm["solved"], arm["pass_at_k"]) == (2, 2, {"1": 1.0, "2": 1.0})
+    assert arm["ci95"][0] == pytest.approx(2 / (2 + z2)) and not report["faults_excluded"]
+    assert [(f["cell_id"], f["after_tool_calls"], f["resumed"], f["solved"]) for f in report["faults"]] == \
+        [("c00000", 1, True, True)]
+    # the request the fault cut was never answered, so the relay could not meter it: the faulted cell's
+    # cost is unknown (never $0), and so is the arm's cost per solved cell while it counts
+    assert r0["cost_usd"] is None and r1["cost_usd"] > 0 and arm["cost_per_solved_usd"] is None
+    resumed_wire = json.loads((cdir / "sessions" / "0002-resume" / "result.json").read_text())["wire"]
+    assert resumed_wire["limit_usd"] == pytest.approx(1.0 - interrupted["wire"]["metered_cost_usd"])
+    excluded = json.loads(sweep("eval", "report", "--campaign", str(camp), "--json", "--exclude-faults").stdout)
+    arm = excluded["arms"][0]
+    assert (arm["cells"], arm["solved"], arm["pass_at_k"], excluded["faults_excluded"]) == (1, 1, {}, True)
+    assert arm["ci95"][0] == pytest.approx(1 / (1 + z2)) and arm["cost_per_solved_usd"] == pytest.approx(r1["cost_usd"])
+    assert (excluded["ended"], excluded["counted"], len(excluded["faults"])) == (2, 1, 1)
+    text_report = sweep("eval", "report", "--campaign", str(camp), "--exclude-faults").stdout
+    assert "faults: 1 cell(s) interrupted and resumed; the figures exclude them" in text_report
+    assert "c00000 claude add-numbers after 1 resumed solved" in text_report
+    page = root / "faulted.html"
+    sweep("eval", "report", "--campaign", str(camp), "--html", str(page))
+    html = page.read_text()
+    assert "Cells interrupted by the plan&#x27;s faults" in html or "Cells interrupted by the plan's faults" in html
+    assert "<td>c00000</td>" in html and "counted in the figures above" in html
+    _no_key_in(camp)
+
+
+def test_init_refuses_a_fault_naming_a_cell_the_manifest_lacks(root):
+    """The hand-made task with a command arm x 2 repeats has cells c00000 and c00001: a fault naming
+    c00007 is refused at init (naming the field), and nothing is written."""
+    (root / "f.toml").write_text("""
+name = "f"
+dataset = "ds"
+repeats = 2
+seed = 1
+
+[[arms]]
+name = "idle"
+runtime = "command"
+runtime_options = { argv = ["true"], network = "none" }
+
+[[faults]]
+cells = ["c00007"]
+after_tool_calls = 1
+""")
+    r = sweep("eval", "init", str(root / "f.toml"), "--campaign", str(root / "fcamp"), check=False)
+    assert r.returncode == 2 and "faults.0.cells" in r.stderr and "c00007" in r.stderr, r.stderr
+    assert not (root / "fcamp").exists()
+    text = (root / "f.toml").read_text().replace('cells = ["c00007"]', 'cells = ["c00001"]')
+    (root / "f.toml").write_text(text)
+    r = sweep("eval", "init", str(root / "f.toml"), "--campaign", str(root / "fcamp"), check=False)
+    assert r.returncode == 2 and "reports no tool calls" in r.stderr and "arm idle" in r.stderr, r.stderr
 
 
 def test_a_session_of_unknown_cost_spends_the_whole_envelope(root):

@@ -298,6 +298,8 @@ gate_feedback = 2
             told = (camp / "cells" / c["cell_id"] / "sessions" / "0002-feedback" / "prompt.md").read_text()
             assert "## Verifier feedback (cycle 1)" in told and "check failed" in told
             assert told.startswith((tmp_path / "ds" / c["task_id"] / "instruction.md").read_text())
+            # the command runtime cannot resume: the cycle started a new session, and says so
+            assert r["feedback"][0]["resumed"] is False and "cannot resume" in r["feedback"][0]["not_resumed"]
         elif c["arm"] == "blind":      # the same solver without feedback keeps its wrong first attempt
             assert (r["reward"], r["sessions"], r["feedback"], sessions) == (0.0, 1, [], ["0001-solver"])
         else:                          # up to N cycles, then the final run

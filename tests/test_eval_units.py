@@ -73,6 +73,53 @@ def test_bad_values_name_field_and_expectation(tmp_path, text, field, words):
     assert err.value.field == field and words in err.value.message
 
 
+FAULTS = PLAN + """
+[[faults]]
+cells = ["c00001"]
+after_tool_calls = 2
+"""
+
+
+@pytest.mark.parametrize("text, field, words", [
+    (FAULTS.replace('cells = ["c00001"]', 'cell = ["c00001"]'), "faults.0.cell", "unknown field"),
+    (FAULTS.replace("after_tool_calls = 2", "after_tool_calls = 0"), "faults.0.after_tool_calls",
+     "greater than or equal to 1"),
+    (FAULTS.replace('cells = ["c00001"]\n', ""), "faults.0", "give cells, arms or repeats"),
+])
+def test_a_faults_unknown_field_or_bad_value_is_refused(tmp_path, text, field, words):
+    with pytest.raises(ConfigError) as err:
+        load_eval_plan(_write(tmp_path, text))
+    assert err.value.field == field and words in err.value.message, err.value.message
+
+
+def test_faults_are_checked_against_the_manifest():
+    """A fault names cells, arms and repeats the manifest has, selects a cell whose arm's runtime
+    counts tool calls (claude-code, codex; not command or nop), and no cell twice."""
+    from sweep.eval.plan import check_faults, fault_for
+    base = {"name": "e", "dataset": "ds", "repeats": 2, "seed": 1,
+            "arms": [{"name": "claude", "runtime": "claude-code"}, {"name": "nop", "runtime": "nop"}]}
+    cells = assign(TASKS[:2], ["claude", "nop"], 2, seed=1).cells
+
+    def refused(faults: list[dict]) -> ConfigError:
+        with pytest.raises(ConfigError) as err:
+            check_faults(EvalPlan.model_validate({**base, "faults": faults}), cells)
+        return err.value
+    err = refused([{"cells": ["c00099"], "after_tool_calls": 1}])
+    assert err.field == "faults.0.cells" and "c00099" in err.message
+    assert refused([{"arms": ["clod"], "after_tool_calls": 1}]).field == "faults.0.arms"
+    assert refused([{"repeats": [2], "after_tool_calls": 1}]).field == "faults.0.repeats"
+    err = refused([{"arms": ["nop"], "after_tool_calls": 1}])
+    assert err.field == "faults.0" and "reports no tool calls" in err.message
+    err = refused([{"arms": ["claude"], "repeats": [0], "after_tool_calls": 1},
+                   {"arms": ["claude"], "after_tool_calls": 3}])
+    assert err.field == "faults.1" and "selected by faults 0 and 1" in err.message
+    plan = EvalPlan.model_validate({**base, "faults": [{"arms": ["claude"], "repeats": [1], "after_tool_calls": 4}]})
+    check_faults(plan, cells)
+    assert sorted(c.cell_id for c in cells if fault_for(plan, c) == 4) == \
+        sorted(c.cell_id for c in cells if c.arm == "claude" and c.repeat == 1)
+    assert len([c for c in cells if fault_for(plan, c)]) == 2
+
+
 def _task(root: Path, name: str, body: str) -> Path:
     t = root / name
     (t / "tests").mkdir(parents=True)

@@ -44,13 +44,15 @@ def run(campaign: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The figures as JSON.")
 @click.option("--html", "html_out", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="Also write them as one static HTML page (no script, loads nothing) to FILE.")
-def report(campaign: str, as_json: bool, html_out: str | None) -> None:
+@click.option("--exclude-faults", is_flag=True,
+              help="Compute the figures without the cells the plan's faults interrupted.")
+def report(campaign: str, as_json: bool, html_out: str | None, exclude_faults: bool) -> None:
     """Per-arm pass rates with 95% intervals, pass@k, cost per solved task, median time, and paired
-    comparisons of the arms on the same tasks."""
+    comparisons of the arms on the same tasks; which cells had an injected fault."""
     from pathlib import Path
 
     from sweep.eval.report import collect, render
-    summary = collect(Path(campaign))
+    summary = collect(Path(campaign), exclude_faults=exclude_faults)
     if html_out is not None:
         from runstate.errors import ConfigError
         from sweep.report_html import write_eval_report

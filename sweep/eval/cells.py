@@ -26,7 +26,7 @@ from runstate.atomic import write_atomic
 from runstate.errors import ConfigError, StateError
 from sweep.eval.dataset import read_dataset
 from sweep.eval.manifest import Manifest, assign, read_manifest
-from sweep.eval.plan import Arm, EvalPlan, load_eval_plan
+from sweep.eval.plan import Arm, EvalPlan, check_faults, load_eval_plan
 
 TRIAL_TIMEOUT_S = 900
 
@@ -72,6 +72,7 @@ class CellResult(BaseModel):
     trial_started_at: float | None = None
     sessions: int = 1                   # the solver session and the feedback sessions after it
     feedback: list[dict[str, Any]] = Field(default_factory=list)   # the gate-feedback cycles (docs/eval.md)
+    fault: dict[str, Any] | None = None     # the injected fault it had (after_tool_calls, at, resumed, ...)
     wall_s: float
     ended_at: float
 
@@ -167,6 +168,10 @@ def init_eval(plan_path: Path, out: Path) -> tuple[Frozen, Manifest, bool]:
     dataset = (Path(plan_path).parent / plan.dataset).resolve()
     tasks = read_dataset(dataset)
     manifest = assign([(t.task_id, t.digest) for t in tasks], [a.name for a in plan.arms], plan.repeats, plan.seed)
+    try:
+        check_faults(plan, manifest.cells)       # a fault naming a cell the manifest lacks is refused here
+    except ConfigError as exc:
+        raise ConfigError(exc.message, path=plan_path, field=exc.field) from None
     sha = manifest.sha256()
     if (out / "eval.json").exists():
         frozen = load_frozen(out)

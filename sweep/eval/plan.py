@@ -56,6 +56,28 @@ class Arm(Strict):
         return v
 
 
+class Fault(Strict):
+    """An injected interruption (docs/eval.md, "Faults"): the first solver session of every selected
+    cell is stopped once its stream reports `after_tool_calls` completed tool calls, recorded as the
+    cell's fault, and resumed with a resume instruction. A cell is selected when it matches every
+    selector given (`cells`: cell ids; `arms`: arm names; `repeats`: repeat indices)."""
+
+    cells: list[str] | None = Field(default=None, min_length=1)
+    arms: list[str] | None = Field(default=None, min_length=1)
+    repeats: list[int] | None = Field(default=None, min_length=1)
+    after_tool_calls: int = Field(ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _selects(self) -> "Fault":
+        if self.cells is None and self.arms is None and self.repeats is None:
+            raise ValueError("a fault selects its cells: give cells, arms or repeats")
+        return self
+
+    def selects(self, cell: Any) -> bool:
+        return ((self.cells is None or cell.cell_id in self.cells) and (self.arms is None or cell.arm in self.arms)
+                and (self.repeats is None or cell.repeat in self.repeats))
+
+
 class EvalPlan(Strict):
     """An evaluation: the dataset, the arms, how many repeats, the seed of the assignment."""
 
@@ -78,6 +100,8 @@ class EvalPlan(Strict):
     # and how they are submitted: the backend, its lanes)
     max_parallel: int = Field(default=2, ge=1, le=100_000)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    # injected interruptions of chosen cells (checked against the manifest at init: check_faults)
+    faults: list[Fault] = Field(default_factory=list, max_length=1000)
 
     @field_validator("secrets")
     @classmethod
@@ -98,6 +122,40 @@ class EvalPlan(Strict):
         if dup:
             raise ValueError(f"arm names must be unique: {', '.join(dup)} appear more than once")
         return self
+
+
+def fault_for(plan: EvalPlan, cell: Any) -> int | None:
+    """The tool call after which the cell's first solver session is interrupted, or None."""
+    return next((f.after_tool_calls for f in plan.faults if f.selects(cell)), None)
+
+
+def check_faults(plan: EvalPlan, cells: list[Any]) -> None:
+    """Every fault names cells, arms and repeats the manifest has, selects at least one cell, and
+    only cells whose arm's runtime counts tool calls on its stream; no cell is selected twice.
+    ConfigError naming the field (`faults.0.cells`) otherwise."""
+    from runstate.errors import ConfigError
+    from sweep.runtimes.facts import facts_of
+    ids, arms = {c.cell_id for c in cells}, {a.name: a for a in plan.arms}
+    taken: dict[str, int] = {}
+    for i, fault in enumerate(plan.faults):
+        for key, known, wanted in (("cells", ids, fault.cells), ("arms", set(arms), fault.arms),
+                                   ("repeats", set(range(plan.repeats)), fault.repeats)):
+            missing = [x for x in wanted or [] if x not in known]
+            if missing:
+                raise ConfigError(f"fault {i} names {key} the evaluation does not have: "
+                                  f"{', '.join(map(str, missing[:5]))}", field=f"faults.{i}.{key}")
+        chosen = [c for c in cells if fault.selects(c)]
+        if not chosen:
+            raise ConfigError(f"fault {i} selects no cell (its selectors match none together)", field=f"faults.{i}")
+        for cell in chosen:
+            arm = arms[cell.arm]
+            if not facts_of(arm.runtime).counts_tool_calls:
+                raise ConfigError(f"fault {i} selects cell {cell.cell_id} of arm {arm.name}, whose runtime "
+                                  f"{arm.runtime} reports no tool calls to stop it at", field=f"faults.{i}")
+            if cell.cell_id in taken:
+                raise ConfigError(f"cell {cell.cell_id} is selected by faults {taken[cell.cell_id]} and {i}",
+                                  field=f"faults.{i}")
+            taken[cell.cell_id] = i
 
 
 def load_eval_plan(path) -> EvalPlan:

@@ -9,12 +9,26 @@ from sweep.eval import stats
 from sweep.eval.cells import CellResult, load_eval, read_result
 
 
-def collect(out: Path) -> dict[str, Any]:
+def had_fault(result: CellResult) -> bool:
+    """The cell's first session was interrupted by the plan's fault (not only asked to be)."""
+    return bool(result.fault and result.fault.get("fired"))
+
+
+def collect(out: Path, *, exclude_faults: bool = False) -> dict[str, Any]:
     frozen, manifest = load_eval(out)
     results = [r for r in (read_result(out, c.cell_id) for c in manifest.cells) if r is not None]
     from sweep.eval import spend
-    summary = summarize(results, manifest.arms, [c.task_id for c in manifest.cells], frozen.plan.repeats,
+    faults = [{"cell_id": r.cell_id, "arm": r.arm, "task_id": r.task_id, "repeat": r.repeat,
+               "after_tool_calls": (r.fault or {}).get("after_tool_calls"), "at": (r.fault or {}).get("at"),
+               "resumed": (r.fault or {}).get("resumed"), "solved": r.solved} for r in results if had_fault(r)]
+    counted = [r for r in results if not (exclude_faults and had_fault(r))]
+    summary = summarize(counted, manifest.arms, [c.task_id for c in manifest.cells], frozen.plan.repeats,
                         manifest_sha256=frozen.manifest_sha256, cells=len(manifest.cells))
+    summary["ended"] = len(results)
+    # which cells had a fault, and whether the figures above leave them out (--exclude-faults)
+    summary["faults"] = faults
+    summary["faults_excluded"] = exclude_faults
+    summary["counted"] = len(counted)
     if frozen.plan.max_spend_usd is not None:      # the ledger's total: settled cells, unsettled reservations whole
         summary["spend"] = {"spent_usd": round(spend.spent(out), 9), "max_spend_usd": frozen.plan.max_spend_usd}
     return summary
@@ -59,6 +73,11 @@ def _f(x: float | None, fmt: str = ".2f") -> str:
 
 def render(summary: dict[str, Any]) -> str:
     lines = [f"cells ended {summary['ended']}/{summary['cells']} (manifest {summary['manifest_sha256'][:12]})"]
+    faults = summary.get("faults") or []
+    if faults:
+        lines.append(f"faults: {len(faults)} cell(s) interrupted and resumed; the figures "
+                     + ("exclude them (--exclude-faults)" if summary.get("faults_excluded") else
+                        "include them (--exclude-faults leaves them out)"))
     if "spend" in summary:
         lines.append(f"spent {summary['spend']['spent_usd']:.4f} of max_spend_usd {summary['spend']['max_spend_usd']:g}")
     lines += ["",
@@ -76,4 +95,9 @@ def render(summary: dict[str, Any]) -> str:
                          f"{p['first']}, {p['second_only']} only {p['second']}, effect {p['effect']:+.2f}, "
                          f"p = {p['p_value']:.3g}")
     lines += ["", "solved by:"] + [f"  {t}: {', '.join(a) or '-'}" for t, a in summary["solved_by"].items()]
+    if faults:
+        lines += ["", "faults (cell, arm, task, after tool calls, resumed, solved):"] + [
+            f"  {f['cell_id']} {f['arm']} {f['task_id']} after {f['after_tool_calls']} "
+            f"{'resumed' if f['resumed'] else 'not resumed'} {'solved' if f['solved'] else 'not solved'}"
+            for f in faults]
     return "\n".join(lines)

@@ -2,8 +2,10 @@
 
 One cell: its task checked against the digest the manifest froze, a fresh workspace holding only
 the task's starting repository (never its tests or solution), the arm's solver session in the
-sandbox, with `gate_feedback = N` up to N verifier cycles whose failures go to a new session on the
-same workspace (`start_cell`, `solve_cell`: the cell_solve phase), then sweep's verifier (the task's
+sandbox (interrupted after its N-th tool call by a plan's fault, then resumed), with
+`gate_feedback = N` up to N verifier cycles whose failures go to the same session resumed (a new
+one on the same workspace when the runtime cannot resume) (`start_cell`, `solve_cell`: the
+cell_solve phase), then sweep's verifier (the task's
 harness, sweep/harbor/trial.py) on the repository the last session left, whose reward is the cell's
 (`verify_cell`: the cell_verify phase). result.json is written last and atomically (`finish_cell`).
 """
@@ -21,7 +23,7 @@ from sweep.eval.cells import TRIAL_TIMEOUT_S, CellResult, Frozen, arm_family, ar
 from sweep.eval import spend
 from sweep.eval.harbor_job import write_job
 from sweep.eval.manifest import Cell, Manifest
-from sweep.eval.plan import Arm
+from sweep.eval.plan import Arm, fault_for
 
 
 def write_job_locked(out: Path, frozen: Frozen, manifest: Manifest, *, cell: Cell | None = None) -> None:
@@ -117,19 +119,35 @@ class _Ctx:
     manifest_sha256: str
     base_prompt: str
     secrets: dict
+    fault_after: int | None = None      # the plan's fault: interrupt the first session after N tool calls
 
 
-def _session(ctx: _Ctx, n: int, kind: str, prompt: str, cost_limit: float | None) -> tuple[Any, float]:
+def _session(ctx: _Ctx, n: int, kind: str, prompt: str, cost_limit: float | None, *, resume: Any = None,
+             stop_after_tool_calls: int | None = None) -> tuple[Any, float]:
     """One solver session in the cell's workspace, as sessions/NNNN-<kind>, which may spend `cost_limit`;
-    (its result, when it started)."""
+    `resume`: the earlier session whose conversation it continues; (its result, when it started)."""
     from sweep.runtimes import SessionRequest, run_session
     req = SessionRequest(role=ctx.spec, manifest_sha256=ctx.manifest_sha256, runtime=ctx.arm.runtime,
                          runtime_options=arm_options(ctx.arm), workspace=ctx.cdir / "work" / "ws",
                          session_dir=ctx.cdir / "sessions" / f"{n:04d}-{kind}", prompt=prompt, inputs={},
                          limits=ctx.limits.for_role(ctx.spec.limits.overrides()).to_limits(),
-                         cost_limit_usd=cost_limit, secrets=dict(ctx.secrets))
+                         cost_limit_usd=cost_limit, secrets=dict(ctx.secrets), resume=resume,
+                         stop_after_tool_calls=stop_after_tool_calls)
     started = time.time()
     return run_session(req, ctx.provider), started
+
+
+def _resume_from(ctx: _Ctx, sessions: list[Any]) -> tuple[Any, str | None]:
+    """(where the last session can be continued from, None) when its runtime can resume and it left
+    a conversation to continue; else (None, why a new session starts instead)."""
+    from sweep.runtimes.base import resume_point
+    from sweep.runtimes.facts import facts_of
+    if not facts_of(ctx.arm.runtime).resumable:
+        return None, f"runtime {ctx.arm.runtime} cannot resume a session: a new one starts"
+    n = len(sessions)
+    found = sorted((ctx.cdir / "sessions").glob(f"{n:04d}-*"))
+    point = resume_point(sessions[-1], found[0]) if found else None
+    return (point, None) if point is not None else (None, "the last session left no conversation to resume")
 
 
 def _verify(ctx: _Ctx, name: str) -> Any:
@@ -140,24 +158,56 @@ def _verify(ctx: _Ctx, name: str) -> Any:
                      harness=bundle_harness(ctx.task))
 
 
-def feedback_prompt(base: str, cycle: int, trial: Any) -> str:
-    """The next session's prompt: the task as before, then what the verifier reported (its failures)."""
+def feedback_prompt(base: str | None, cycle: int, trial: Any) -> str:
+    """The next session's prompt: the task as before (not when the session is resumed: its
+    conversation holds it), then what the verifier reported (its failures)."""
     failing = sorted(t for t, status in (trial.results or {}).items() if status not in ("passed", "pass", "ok"))
-    lines = [base, "", f"## Verifier feedback (cycle {cycle})", "",
-             "The task's verifier ran on the repository as you left it, and it did not pass "
-             f"(reward {0.0 if trial.reward is None else trial.reward:g}). It reported:", "", trial.detail.strip()]
+    lines = ([base, ""] if base is not None else []) + [
+        f"## Verifier feedback (cycle {cycle})", "",
+        "The task's verifier ran on the repository as you left it, and it did not pass "
+        f"(reward {0.0 if trial.reward is None else trial.reward:g}). It reported:", "", trial.detail.strip()]
     if failing:
         lines += ["", "Failing tests:"] + [f"- {t}" for t in failing[:50]]
     lines += ["", "Continue from the repository as it is now, and fix what fails."]
     return "\n".join(lines)
 
 
-def _with_feedback(ctx: _Ctx, session: Any) -> tuple[Any, list[dict], list[Any]]:
-    """Up to the arm's gate_feedback cycles: the verifier, and its failures handed to a new session
-    on the same workspace; stops when a check passes or a session does not end ok.
-    (the last session, the cycles' records, every session)."""
+def resume_prompt(base: str, fault: dict) -> str:
+    """The resume instruction after an injected fault (the task again: a CLI may have lost the end of
+    its transcript when it was killed)."""
+    return "\n".join(["## Resumed after an interruption", "",
+                      f"Your session was interrupted after {fault['tool_calls']} tool call(s) and is resumed now. "
+                      "The repository is as you left it. Continue the task from where you stopped.", "",
+                      "The task, again:", "", base])
+
+
+def _next_session(ctx: _Ctx, sessions: list[Any], kind: str, prompt: Any, record: dict[str, Any]) -> Any:
+    """The cell's next session after `sessions`, resuming the last one's conversation when its
+    runtime can (else a new session on the same workspace, and the record says why); `prompt(resumed)`.
+    The record gets its figures; None when the envelope has nothing left (record: stopped)."""
+    left = _envelope_left(ctx.arm.budget.max_usd, [_spent(s) for s in sessions])
+    if left is not None and left <= 0:
+        record.update(fed_back=False, stopped="budget_spent")
+        return None
+    point, why = _resume_from(ctx, sessions)
+    session, started = _session(ctx, len(sessions) + 1, kind, prompt(point is not None), left, resume=point)
+    record.update(resumed=point is not None, session_status=session.status, session_s=session.duration_s,
+                  session_started_at=started, cost_usd=session.cost_usd, turns=session.turns)
+    if point is not None:
+        record["resumed_session_id"] = point.session_id
+    else:
+        record["not_resumed"] = why
+    sessions.append(session)
+    return session
+
+
+def _with_feedback(ctx: _Ctx, sessions: list[Any]) -> tuple[Any, list[dict]]:
+    """Up to the arm's gate_feedback cycles: the verifier, and its failures handed to the agent in
+    the same session resumed (a new one on the same workspace for a runtime that cannot resume);
+    stops when a check passes or a session does not end ok. (the last session, the cycles' records);
+    `sessions` gets the new ones."""
     cycles: list[dict] = []
-    sessions = [session]
+    session = sessions[-1]
     for cycle in range(1, ctx.arm.gate_feedback + 1):
         if not session.ok:
             break
@@ -167,15 +217,35 @@ def _with_feedback(ctx: _Ctx, session: Any) -> tuple[Any, list[dict], list[Any]]
         cycles.append(record)
         if check.reward == 1.0:
             break               # nothing to feed back: the final run decides
-        left = _envelope_left(ctx.arm.budget.max_usd, [s.cost_usd for s in sessions])
-        if left is not None and left <= 0:
-            record.update(fed_back=False, stopped="budget_spent")
+        nxt = _next_session(ctx, sessions, "feedback", lambda resumed, c=cycle, t=check: feedback_prompt(
+            None if resumed else ctx.base_prompt, c, t), record)
+        if nxt is None:
             break
-        session, started = _session(ctx, cycle + 1, "feedback", feedback_prompt(ctx.base_prompt, cycle, check), left)
-        sessions.append(session)
-        record.update(session_status=session.status, session_s=session.duration_s, session_started_at=started,
-                      cost_usd=session.cost_usd, turns=session.turns)
-    return session, cycles, sessions
+        session = nxt
+    return session, cycles
+
+
+def _first_session(ctx: _Ctx, fault_after: int | None) -> tuple[list[Any], float, dict | None]:
+    """The solver session, interrupted by the plan's fault (if any) after its N-th tool call and then
+    resumed with a resume instruction. (the sessions, when the first started, the fault's record)."""
+    first, started = _session(ctx, 1, "solver", ctx.base_prompt, ctx.arm.budget.max_usd,
+                              stop_after_tool_calls=fault_after)
+    sessions = [first]
+    if first.fault is None:     # no fault asked, or the session ended before its N-th tool call
+        return sessions, started, None if fault_after is None else {"after_tool_calls": fault_after, "fired": False}
+    fault: dict[str, Any] = {**first.fault, "fired": True, "session": "0001-solver"}
+    _next_session(ctx, sessions, "resume", lambda resumed: resume_prompt(ctx.base_prompt, fault), fault)
+    fault.pop("fed_back", None)
+    return sessions, started, fault
+
+
+def _spent(session: Any) -> float | None:
+    """What a session spent, for what the envelope has left: its cost; for one a fault stopped (sweep's
+    doing: the request it cut has no response to meter, so its cost is unknown), what the relay metered."""
+    if session.cost_usd is not None or session.fault is None:
+        return session.cost_usd
+    metered = (session.report or {}).get("metered_cost_usd")
+    return float(metered) if isinstance(metered, (int, float)) and not isinstance(metered, bool) else None
 
 
 def _envelope_left(max_usd: float | None, spent: list[float | None]) -> float | None:
@@ -224,7 +294,7 @@ def cell_context(out: Path, frozen: Frozen, cell: Cell) -> _Ctx:
     return _Ctx(out / "cells" / cell.cell_id, task, arm, spec, get_provider("local", isolation=frozen.plan.isolation),
                 frozen.plan.limits, frozen.solver_manifest_sha256,
                 instruction + (f"\n\n{arm.instructions}" if arm.instructions else ""),
-                session_secrets(frozen.plan, family) if family is not None else {})
+                session_secrets(frozen.plan, family) if family is not None else {}, fault_for(frozen.plan, cell))
 
 
 def start_cell(out: Path, frozen: Frozen, cell: Cell, started: float) -> _Ctx | CellResult:
@@ -254,13 +324,14 @@ class Solved:
 
 
 def solve_cell(ctx: _Ctx) -> Solved:
-    """The arm's solver session, then its gate-feedback cycles."""
-    first, session_started = _session(ctx, 1, "solver", ctx.base_prompt, ctx.arm.budget.max_usd)
-    session, cycles, sessions = _with_feedback(ctx, first)
+    """The arm's solver session (interrupted and resumed by the plan's fault, if any), then its
+    gate-feedback cycles."""
+    sessions, session_started, fault = _first_session(ctx, ctx.fault_after)
+    session, cycles = _with_feedback(ctx, sessions)
     kw = dict(session_status=session.status, failure_class=session.failure_class,
               cost_usd=_total([s.cost_usd for s in sessions]), turns=_total([s.turns for s in sessions]),
               session_s=sum(s.duration_s for s in sessions), session_started_at=session_started,
-              sessions=len(sessions), feedback=cycles, **_provenance(sessions))
+              sessions=len(sessions), feedback=cycles, fault=fault, **_provenance(sessions))
     # a session that ended without finishing (its bound, a crash): the task was not solved
     detail = "" if session.ok else f"solver session {session.status}: {session.reason or ''} {session.evidence[:200]}"
     return Solved(kw, session.ok, detail)

@@ -384,6 +384,80 @@ def test_a_fault_interrupts_a_cell_which_resumes_and_still_gets_its_reward(root,
     _no_key_in(camp)
 
 
+@needs_codex
+def test_a_codex_cell_is_faulted_resumed_and_fed_back_in_one_thread(root):
+    """The same with the REAL codex CLI: the cell's session is stopped after its first command, resumed
+    (codex exec resume) with the resume instruction, which changes nothing; the verifier's failures
+    then go to the same thread resumed again, which fixes calc.py. Every request names one thread,
+    and the fed-back one carries the whole conversation: the first command's output and the resume."""
+    from tests.fakes.openai_api import FakeOpenAI
+    from tests.fakes.openai_api import Script as OpenAIScript
+    from tests.fakes.openai_api import call, say
+    openai = FakeOpenAI()
+    hold = threading.Event()
+    held: list[bool] = []
+
+    def step(request: dict, n: int) -> dict:
+        said = json.dumps(request["input"])
+        if FEEDBACK in said:
+            return say("Fixed.") if "function_call_output" in said.split(FEEDBACK, 1)[1] else \
+                call("exec_command", {"cmd": FIX_COMMAND})
+        if RESUMED in said:
+            return say("Done.")              # the resumed session changes nothing: the verifier says so
+        if "function_call_output" not in said:
+            return call("exec_command", {"cmd": "cat repo/calc.py"})
+        if not held:
+            held.append(True)
+            hold.wait(30)                    # the fault stops the session meanwhile
+        return say("too late")
+    try:
+        openai.script("solver", OpenAIScript(dynamic=step))
+        (root / "codex-fault.toml").write_text(f"""
+name = "codex-fault"
+dataset = "ds"
+seed = 5
+
+[secrets]
+openai = {{ env = "EVAL_OPENAI_KEY" }}
+
+[[arms]]
+name = "codex"
+runtime = "codex"
+model = "gpt-5"
+gate_feedback = 1
+runtime_options = {{ base_url = "{openai.url('solver')}", max_retries = 0, stall_s = 60, prices = {{ input_per_mtok = 1.25, output_per_mtok = 10.0 }} }}
+budget = {{ wall_s = 300, max_usd = 1.0 }}
+
+[[faults]]
+arms = ["codex"]
+after_tool_calls = 1
+""")
+        camp = root / "codex-fault"
+        env = {"EVAL_OPENAI_KEY": OPENAI_KEY}
+        sweep("eval", "init", str(root / "codex-fault.toml"), "--campaign", str(camp), env=env)
+        try:
+            sweep("eval", "run", "--campaign", str(camp), env=env, timeout=600)
+        finally:
+            hold.set()
+        cdir = camp / "cells" / "c00000"
+        r = json.loads((cdir / "result.json").read_text())
+        assert (r["reward"], r["sessions"]) == (1.0, 3), r
+        assert sorted(p.name for p in (cdir / "sessions").iterdir()) == ["0001-solver", "0002-resume", "0003-feedback"]
+        thread = json.loads((cdir / "sessions" / "0001-solver" / "result.json").read_text())["session_id"]
+        assert (r["fault"]["fired"], r["fault"]["tool_calls"], r["fault"]["resumed_session_id"]) == (True, 1, thread)
+        assert (r["feedback"][0]["fed_back"], r["feedback"][0]["resumed"]) == (True, True)
+        assert r["feedback"][0]["resumed_session_id"] == thread
+        requests = [q for q in openai.requests if q["route"] == "solver"]
+        assert {q["session_id"] for q in requests} == {thread}
+        told = json.dumps(next(q for q in requests if FEEDBACK in json.dumps(q["input"]))["input"])
+        assert "return a - b" in told and told.index(RESUMED) < told.index(FEEDBACK)
+        for path in camp.rglob("*"):
+            if path.is_file():
+                assert OPENAI_KEY.encode() not in path.read_bytes(), path
+    finally:
+        openai.close()
+
+
 def test_init_refuses_a_fault_naming_a_cell_the_manifest_lacks(root):
     """The hand-made task with a command arm x 2 repeats has cells c00000 and c00001: a fault naming
     c00007 is refused at init (naming the field), and nothing is written."""

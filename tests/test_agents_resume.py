@@ -65,8 +65,11 @@ def test_a_claude_session_resumes_the_earlier_conversation(tmp_path, claude_fake
     point = resume_point(first, req1.session_dir)
     assert point == ResumeFrom(first.session_id, req1.session_dir / "claude-config", req1.session_dir)
     before = len(claude_fake.main_requests("solver"))
+    # what the first session's agent could have left in its writable config dir: not read on resume
+    (point.state_dir / "settings.json").write_text('{"permissions": {"allow": ["Bash(*)"]}}')
     second, req2 = run_agent(tmp_path, "solver", "claude-code", claude_opts(url), prompt="go on from here",
                              workspace=req1.workspace, session_name="0002", resume=point)
+    assert not (point.state_dir / "settings.json").exists()
     assert second.status == "ok", second.evidence
     resumed = claude_fake.main_requests("solver")[before:]
     assert resumed and "first-session-marker" in _said(resumed[0]["messages"])      # the earlier conversation

@@ -174,6 +174,8 @@ class ClaudeCodeRuntime:
         if opts.get("effort"):
             argv += ["--effort", opts["effort"]]
         config_dir = config_dir_of(req, files)
+        if req.resume is not None:
+            drop_user_settings(config_dir)
         env = {
             "CLAUDE_CONFIG_DIR": str(config_dir),
             "CLAUDE_CODE_MAX_RETRIES": str(opts["max_retries"]),
@@ -235,6 +237,23 @@ def transcript_tool_calls(config_dir: Path, session_id: str) -> TranscriptToolCa
     counter = TranscriptToolCalls(lambda: sorted((config_dir / "projects").glob(f"*/{session_id}.jsonl")), count)
     counter.baseline()
     return counter
+
+
+USER_SETTINGS = ("settings.json", "settings.local.json")
+
+
+def drop_user_settings(config_dir: Path) -> None:
+    """A resumed session's config dir was writable by the earlier session's agent: settings it left
+    there (`--setting-sources user` reads them: hooks, permissions, env) are removed, so a resume
+    gets no more than a fresh session would (links removed, never followed)."""
+    for name in USER_SETTINGS:
+        try:
+            (config_dir / name).unlink()
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            import shutil
+            shutil.rmtree(config_dir / name, ignore_errors=True)
 
 
 def config_dir_of(req: SessionRequest, files: SessionFiles) -> Path:

@@ -28,7 +28,7 @@ from pathlib import Path
 from runstate.errors import ConfigError, SweepError
 from runstate.lease import acquire_lease, read_lease, reap_lease, release_lease
 from runstate.models import Event, Outcome, RunRecord, RunState, truncate, validate_run_id
-from runstate.phases import PHASE_TABLE
+from runstate.phases import table_of
 from runstate.paths import LOCK_FILE, CampaignPaths, RunPaths
 from runstate.runs import append_event, load_record, run_dir, save_record
 from sweep.models.evidence import Checkpoints
@@ -148,7 +148,7 @@ def retry_run(campaign_dir: Path, run_id: str, *, reason: str | None = None,
                     "reason": truncate(reason, 500), "after_revision": last_revision,
                     "by": _who(), "at": time.time()}
         new = rec.model_copy(update={
-            "state": RunState.queued, "phase": PHASE_TABLE.first, "outcome": None, "reason": None, "attempts": 0,
+            "state": RunState.queued, "phase": table_of(rec.phase).first, "outcome": None, "reason": None, "attempts": 0,
             "checkpoints": {"retry": retry_cp}, "last_error": None, "hold_reason": None, "canary_for": None,
             "parked_until": None, "parked_role": None, "job_id": None, "submit_token": None,
             # fresh interruptions too: a run ended max_interrupted gets its full allowance again

@@ -236,6 +236,32 @@ def test_an_interrupted_cell_is_requeued_without_an_attempt(lab):
     assert results(camp)[first]["reward"] == (1.0 if manifest(camp)[0]["arm"] == "oracle" else 0.0)
 
 
+def test_a_cell_out_of_attempts_ends_and_sweep_retry_runs_it_again(lab):
+    """Three kills (each an attempt) end a cell `blocked: max_attempted` (a generation plan's default
+    max_attempts, 3) with no result; `sweep retry` puts it back at cell_solve, and it is solved."""
+    counter = lab["counter"]
+    camp = write_eval(lab, name="attempts", repeats=1, max_parallel=1, tasks=1)
+    first = manifest(camp)[0]["cell_id"]
+    held = hold(lab, f"hold-solve-{first}")
+    for n in range(1, 4):
+        def in_session(n=n):
+            tick(camp)
+            return state(camp, first) == ("active", "cell_solve") and counter.counts()[first] == n
+        wait_until(f"solver session {n}", in_session, 60, poll=0.3)
+        kill_controller(camp, first)
+    wait_until("the cell to end", lambda: tick(camp) or state(camp, first)[0] == "ended", 60, poll=0.5)
+    rec = load_record(run_dir(camp, first)).value
+    assert (rec.outcome.value, rec.reason, rec.attempts) == ("blocked", "max_attempted", 3), rec
+    assert not (camp / "cells" / first / "result.json").exists()
+    held.unlink()
+    sweep("retry", first, "--campaign", str(camp))
+    assert state(camp, first) == ("queued", "cell_solve")
+    tick_until_done(camp, timeout=120)
+    rec = load_record(run_dir(camp, first)).value
+    assert (rec.outcome.value, rec.attempts) == ("verified", 0) and counter.counts()[first] == 4
+    assert first in results(camp)
+
+
 def test_max_parallel_bounds_the_cells_running_at_once(lab):
     """max_parallel = 2 over 6 cells whose sessions are held open: two controllers run, the tick says
     why the others wait, and the rest run as slots free."""

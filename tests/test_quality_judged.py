@@ -68,7 +68,9 @@ def campaign(tmp_path_factory) -> Path:
     - "escalated": "inconsistent" with quality.escalation = oracle: after the correction round the
       oracle gives back the oracle rules' labels (legitimate_failure; the plan allows unsolved);
     - "repaired": "hacked" with an agent author and one repair: the reward_hack sends the task back
-      to the author, the repaired bundle's new rollout is hacked and judged again, and the run ends."""
+      to the author, the repaired bundle's new rollout is hacked and judged again, and the run ends;
+    - "capped": "clean" under a quality cap of $2.00: each review reserves its role's cap ($1.50),
+      the task review costs $0.60, so the rollout review's reservation does not fit."""
     root = tmp_path_factory.mktemp("judged")
     answers = root / "answers"
     answers.mkdir()
@@ -89,6 +91,10 @@ def campaign(tmp_path_factory) -> Path:
                   runtime_options={"reviewer": agent_options("reviewer", f"--rollout-answers={answers}/wrong.json"),
                                    "solver": agent_options("solver")}),
     ]
+    cands.append(candidate("capped", make_pr_repo(repos, "verified", name="capped"),
+                           runtimes={**AGENT, "solver": "oracle"}, quality={"max_repairs": 0, "max_spend_usd": 2.0},
+                           worker_reservation_usd=0.0,
+                           runtime_options={"reviewer": agent_options("reviewer", "--cost", "0.6")}))
     src = make_pr_repo(repos, "verified", name="repaired")
     cands.append(candidate("repaired", src, runtimes={**AGENT, "author": "command"},
                            quality={"max_repairs": 1, "max_spend_usd": 5.0},
@@ -103,7 +109,8 @@ def campaign(tmp_path_factory) -> Path:
     st = tick_until_done(d, timeout=400)
     assert {e["run_id"]: (e["outcome"], e["reason"]) for e in st["ended"]} == {
         "hacked": ("generated_unverified", "reward_hack"), "inconsistent": ("blocked", "max_attempted"),
-        "clean": ("verified", None), "escalated": ("verified", None), "repaired": ("generated_unverified", "reward_hack")}
+        "clean": ("verified", None), "escalated": ("verified", None), "repaired": ("generated_unverified", "reward_hack"),
+        "capped": ("generated_unverified", "budget_exhausted")}
     return d
 
 
@@ -183,3 +190,15 @@ def test_a_reward_hack_with_an_agent_author_is_repaired_first(campaign):
     assert solve_ev(campaign, "repaired").rollouts[0].label == "reward_hack"
     rows = {e["run_id"]: e for e in status_json(campaign)["ended"]}
     assert rows["repaired"]["quality"].endswith("solved 1/1 (reward_hack 1)")
+
+
+def test_the_rollout_review_is_reserved_under_the_quality_cap(campaign):
+    spend = json.loads((run_dir(campaign, "capped") / "spend.json").read_text())["entries"]
+    assert [(e["op_id"].split("-", 1)[1], e["scope"], e["actual_usd"]) for e in spend] == [
+        ("author", None, 0.0), ("reviewer", "quality", 0.6), ("solver", "quality", 0.0)]
+    assert len(sessions(campaign, "capped", "reviewer")) == 1        # the rollout review never started
+    assert solve_ev(campaign, "capped").review == "pending"
+    rows = {e["run_id"]: e for e in status_json(campaign)["ended"]}
+    assert rows["capped"]["cause"] == "budget"
+    end = [e for e in events(campaign, "capped") if e["kind"] == "ended"][-1]
+    assert "quality.max_spend_usd 2.00 USD, committed 0.60, next operation reserves 1.50" in end["detail"]

@@ -334,7 +334,9 @@ def test_a_fault_interrupts_a_cell_which_resumes_and_still_gets_its_reward(root,
     hold = threading.Event()
     fake.script("solver", fault_solver(hold))
     plan = write_plan(root, fake, repeats=2, max_usd=1.0, name="faulted")
-    plan.write_text(plan.read_text() + '\n[[faults]]\ncells = ["c00000"]\nafter_tool_calls = 1\n')
+    # one cell at a time: the fake tells the faulted session from the other by which comes first
+    plan.write_text(plan.read_text().replace("seed = 3\n", "seed = 3\nmax_parallel = 1\n")
+                    + '\n[[faults]]\ncells = ["c00000"]\nafter_tool_calls = 1\n')
     camp = root / "faulted"
     sweep("eval", "init", str(plan), "--campaign", str(camp))
     try:

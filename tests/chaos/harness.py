@@ -142,18 +142,25 @@ class Chaos:
         self.log(f"VIOLATION: {text}")
 
     def controller_pids(self) -> list[int]:
-        pids = []
+        """The campaign's controllers. A child a controller has just forked shows the controller's
+        command line until it execs (a bwrap probe, a session's keeper): it is not a controller,
+        and a kill -9 landing on it is another fault (it read as a probe that found bwrap
+        unusable, a config park that tripped the breaker), so a process whose parent matches too
+        is left out."""
+        found = {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as fh:
                     argv = fh.read().split(b"\0")
-            except OSError:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
             if b"controller" in argv and b"--token" in argv and str(self.campaign).encode() in argv:
-                pids.append(int(entry))
-        return pids
+                found[int(entry)] = ppid
+        return sorted(pid for pid, ppid in found.items() if ppid not in found)
 
     def runs_dir(self) -> Path:
         return self.campaign / "runs"

@@ -11,8 +11,12 @@ def _say_isolation(isolation: str) -> None:
     if isolation == "none":
         click.echo("WARNING: isolation = \"none\": sessions and trials will run UNSANDBOXED", err=True)
         return
-    from sweep.providers.local.bwrap import probe_bwrap
-    exe, why = probe_bwrap()
+    from sweep.providers.local.bwrap import ProbeInconclusive, probe_bwrap
+    try:
+        exe, why = probe_bwrap()
+    except ProbeInconclusive as exc:
+        click.echo(f"WARNING: the sandbox could not be checked here: {exc}", err=True)
+        return
     if exe is None:
         click.echo(f"WARNING: isolation = \"bwrap\" is required but unusable on this host: {why}; runs will "
                    "park with this reason on any node where it stays unusable", err=True)

@@ -71,6 +71,7 @@ def _is_role(name: str) -> bool:
 
 def _provider(ctx: Ctx) -> Provider:
     from sweep.providers import get_provider
+    from sweep.providers.local.bwrap import ProbeInconclusive
     if ctx.provider_cache is None:
         try:
             # author and reviewer sessions (and oracle solvers) run on this host whatever the plan's
@@ -78,6 +79,10 @@ def _provider(ctx: Ctx) -> Provider:
             declared = ctx.campaign.settings.environment
             ctx.provider_cache = get_provider("local", isolation=ctx.campaign.settings.isolation,
                                               environment=declared.sandbox() if declared is not None else None)
+        except ProbeInconclusive as exc:
+            # the probe was killed or stalled, every try: not the set-up's fault, so no config
+            # park (which stops the role and trips the breaker at once), an ordinary failed attempt
+            raise AttemptFailed(f"the sandbox could not be checked: {exc}", cause="check_interrupted") from None
         except (ConfigError, ProviderError) as exc:
             # nothing may run unsandboxed by accident: the run parks with the reason, every role
             table = table_of(ctx.record.phase)

@@ -1,10 +1,13 @@
 """`sweep controller` with test-only changes to its surroundings (a fake host, a fake runtime).
 
-    python tests/fakes/controller.py [--no-bwrap] --campaign DIR --token T RUN_ID
+    python tests/fakes/controller.py [--no-bwrap | --bwrap-killed=N] --campaign DIR --token T RUN_ID
 
 - `--no-bwrap`: behave as on a host where bubblewrap is unusable (its probe fails). With the
   plan's isolation = "none" sessions then run as plain process groups, with no pid namespace to
   take them down when the controller goes; with "bwrap" (the default) the run parks instead.
+- `--bwrap-killed=N`: the first N runs of `bwrap` in this controller are killed by SIGKILL (a
+  `bwrap` on PATH that kills itself, then execs the real one): what a kill -9 landing on the
+  bwrap probe's child does to the probe.
 
 A plan runs it with `tick.controller_command = [python, "<this file>", "--no-bwrap"]`.
 """
@@ -21,8 +24,30 @@ def main(args: list[str]) -> int:
         args.remove("--no-bwrap")
         from sweep.providers.local import bwrap
         bwrap._probe = (None, "bubblewrap disabled by tests/fakes/controller.py (a host without it)")
+    killed = [a for a in args if a.startswith("--bwrap-killed=")]
+    if killed:
+        args.remove(killed[0])
+        _kill_bwrap(Path(args[args.index("--campaign") + 1]), int(killed[0].split("=", 1)[1]))
     from sweep.cli import main as sweep_main
     return sweep_main(["controller", *args])
+
+
+def _kill_bwrap(campaign: Path, n: int) -> None:
+    import os
+    import shlex
+    import shutil
+    import tempfile
+    real = shutil.which("bwrap")
+    shim = Path(tempfile.mkdtemp(prefix="test-bwrap-", dir=campaign))     # one per controller
+    count = shim / "count"
+    (shim / "bwrap").write_text(
+        "#!/bin/sh\n"
+        f"n=$(cat {shlex.quote(str(count))} 2>/dev/null || echo 0)\n"
+        f"echo $((n + 1)) > {shlex.quote(str(count))}\n"
+        f"if [ \"$n\" -lt {n} ]; then kill -KILL $$; fi\n"
+        f"exec {shlex.quote(str(real))} \"$@\"\n")
+    (shim / "bwrap").chmod(0o755)
+    os.environ["PATH"] = f"{shim}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 if __name__ == "__main__":

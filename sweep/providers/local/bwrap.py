@@ -24,6 +24,7 @@ therefore part of every sandbox, not an option.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import shutil
@@ -32,6 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runstate.errors import ProviderError
 from sweep.providers.base import ExecSpec
 
 SANDBOX_HOME = "/tmp/sweep-home"     # on the sandbox's private tmpfs: writable, gone at exit
@@ -53,11 +55,21 @@ SANDBOX_RELAY_DIR = "/run/sweep-net"  # where the network relay's sockets appear
 DEFAULT_TMP_BYTES = 1 << 30           # the private /tmp's size when no bound is given
 
 _probe: tuple[str | None, str] | None = None
+PROBE_TRIES = 3          # a probe killed by a signal or stalled is tried again, this many times in all
+_TRANSIENT_ERRNOS = (errno.EAGAIN, errno.ENOMEM, errno.EINTR)
+
+
+class ProbeInconclusive(ProviderError):
+    """Every try of the bwrap probe was killed by a signal, timed out or could not fork: nothing
+    says this host cannot sandbox (a kill -9 that landed on the probe's child, a stalled machine),
+    so it must not read as a configuration error (that parks the role and trips the breaker)."""
 
 
 def probe_bwrap(refresh: bool = False) -> tuple[str | None, str]:
     """(path to a working bwrap or None, why not). Probed once per process with our real flags
-    and the allowlist view (a bwrap too old for it fails here, not in the middle of a session)."""
+    and the allowlist view (a bwrap too old for it fails here, not in the middle of a session).
+    Only a verdict is kept: a probe that did not finish (killed by a signal, timed out, no fork)
+    is tried again, and after PROBE_TRIES such tries ProbeInconclusive is raised."""
     global _probe
     if _probe is not None and not refresh:
         return _probe
@@ -65,20 +77,35 @@ def probe_bwrap(refresh: bool = False) -> tuple[str | None, str]:
     if exe is None:
         _probe = (None, "bubblewrap (bwrap) is not installed")
         return _probe
+    why = ""
+    for _ in range(PROBE_TRIES):
+        verdict, why = _probe_once(exe)
+        if verdict is not None:
+            _probe = verdict
+            return _probe
+    raise ProbeInconclusive(f"the bwrap probe did not finish in {PROBE_TRIES} tries ({why}); "
+                            "nothing says the host cannot sandbox", field="isolation")
+
+
+def _probe_once(exe: str) -> tuple[tuple[str | None, str] | None, str]:
+    """(the verdict, or None when this try says nothing about the host; why)."""
     view = SandboxView(ExecSpec(argv=["true"], cwd=Path("/"), timeout_s=20))
     argv = [exe, *BASE_FLAGS, "--unshare-net", *view.mount_args(), "--", "true"]
     try:
         done = view.run_probe(argv)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        _probe = (None, f"bwrap probe failed: {exc}")
-        return _probe
+    except subprocess.TimeoutExpired as exc:
+        return None, f"timed out: {exc}"
+    except OSError as exc:
+        if exc.errno in _TRANSIENT_ERRNOS:
+            return None, f"could not start it: {exc}"
+        return (None, f"bwrap probe failed: {exc}"), ""
+    if done.returncode < 0:
+        return None, f"killed by signal {-done.returncode}"
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip().splitlines()
-        _probe = (None, f"bwrap probe exited {done.returncode}: {why[-1] if why else 'no message'} "
-                        "(user namespaces may be disabled on this host)")
-        return _probe
-    _probe = (exe, "ok")
-    return _probe
+        return (None, f"bwrap probe exited {done.returncode}: {why[-1] if why else 'no message'} "
+                      "(user namespaces may be disabled on this host)"), ""
+    return (exe, "ok"), ""
 
 
 def _depth(path: Path) -> tuple[int, str]:

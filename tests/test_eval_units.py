@@ -315,6 +315,27 @@ def test_the_spend_ledger_counts_an_unsettled_reservation_whole(tmp_path):
     assert c == "c00001-2" and spend.spent(tmp_path) == pytest.approx(1.125)
 
 
+def test_parallel_reservations_never_pass_the_cap(tmp_path):
+    """Eight processes (cells in parallel controllers) reserve 0.3 each under a cap of 1.0, released
+    at the same instant: exactly three fit, whatever the interleaving (DIR/spend.lock)."""
+    import subprocess
+    import sys
+    import time
+
+    from sweep.eval import spend
+    go = tmp_path / "go"
+    code = ("import pathlib, sys, time\nfrom sweep.eval import spend\n"
+            "out, cell, go = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])\n"
+            "while not go.exists(): time.sleep(0.001)\n"
+            "rid, _ = spend.reserve_within(out, cell, 0.3, 1.0)\nprint(rid or '')\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), f"c{i:05d}", str(go)],
+                              stdout=subprocess.PIPE, text=True) for i in range(8)]
+    time.sleep(1.0)          # every process started and waiting
+    go.write_text("go")
+    got = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert sum(1 for rid in got if rid) == 3 and spend.spent(tmp_path) == pytest.approx(0.9), got
+
+
 def test_a_spend_cap_needs_every_paid_arm_to_have_an_envelope(tmp_path):
     from sweep.eval.cells import init_eval
     _task(tmp_path / "ds", "alpha", "a")

@@ -262,6 +262,22 @@ def test_a_cell_out_of_attempts_ends_and_sweep_retry_runs_it_again(lab):
     assert first in results(camp)
 
 
+def test_a_drained_evaluation_admits_no_cell_until_undrained(lab):
+    """`sweep drain` holds every cell of an evaluation in the queue, as it holds a generation run;
+    `sweep undrain` lets them run."""
+    camp = write_eval(lab, name="drained", repeats=1, max_parallel=2, tasks=1)
+    sweep("drain", "--campaign", str(camp), "--reason", "maintenance")
+    tick(camp)
+    report = json.loads((camp / "tick.json").read_text())
+    assert report["draining"] is True and not report["actions"]
+    assert sorted(report["waiting"]["draining: no admissions until `sweep undrain`"]) == \
+        [c["cell_id"] for c in manifest(camp)]
+    assert not lab["counter"].seen
+    sweep("undrain", "--campaign", str(camp))
+    tick_until_done(camp, timeout=120)
+    assert len(results(camp)) == 2
+
+
 def test_max_parallel_bounds_the_cells_running_at_once(lab):
     """max_parallel = 2 over 6 cells whose sessions are held open: two controllers run, the tick says
     why the others wait, and the rest run as slots free."""

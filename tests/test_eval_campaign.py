@@ -81,6 +81,9 @@ def test_every_cell_ends_with_the_reward_its_arm_implies(evaluation):
 def test_a_second_run_repeats_no_finished_cell(evaluation):
     camp = evaluation["camp"]
     assert "ran 0 cells (6 had ended before)" in evaluation["rerun"]
+    # the cells are the campaign's runs: `sweep status` counts them, and points at the evaluation's report
+    status = sweep("status", "--campaign", str(camp))
+    assert "verified 6" in status.stdout and "sweep eval report --campaign" in status.stdout + status.stderr
     for cell, data in evaluation["before"].items():
         assert (camp / "cells" / cell / "result.json").read_bytes() == data
 

@@ -86,6 +86,8 @@ def status(campaign: str | None, as_json: bool, watch: bool, interval: float, st
     click.echo(render_status(st, limit, progress=tty, width=shutil.get_terminal_size((80, 24)).columns))
     if st.drain and st.drain["drained"]:
         next_step(f"sweep runtime freeze --campaign {d}, then sweep undrain --campaign {d}")
+    elif st.counts["queued"] + st.counts["active"] == 0 and (Path(d) / "eval.json").exists():
+        next_step(f"sweep eval report --campaign {d}   (the evaluation's per-arm rates and paired comparisons)")
     elif st.counts["queued"] + st.counts["active"] == 0:
         next_step(f"sweep export DATASET_DIR --campaign {d}   (the verified tasks as a Harbor dataset), "
                   f"or sweep report --campaign {d}")

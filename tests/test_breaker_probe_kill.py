@@ -1,4 +1,5 @@
-"""A kill -9 that lands on the bwrap probe's child is not a configuration error.
+"""A kill -9 that lands on the bwrap probe's child, or on the readiness check, is not a
+configuration error.
 
 Every controller probes the sandbox when it starts (sweep/providers/local/bwrap.py). A CI chaos
 round (tests/test_reliability_chaos.py) once SIGKILLed that probe's child: the probe "exited -9",
@@ -6,7 +7,9 @@ read as "isolation = 'bwrap' is required but unusable", the run parked as a conf
 (`provider_config`), and one such park trips the circuit breaker at once: admission stopped with
 nothing wrong in the campaign. A probe killed by a signal says nothing about the host: it is tried
 again, and a probe killed every try is an ordinary failed attempt (`check_interrupted`). A probe
-that does say the host cannot sandbox still parks the run and trips the breaker.
+that does say the host cannot sandbox still parks the run and trips the breaker. A failed
+readiness check is confirmed by a second run before it parks the run (a broken test command still
+does: tests/test_causes_breaker.py, tests/test_readiness.py).
 
 The kill is real: a `bwrap` on the controller's PATH that SIGKILLs itself its first N runs, then
 execs the real one (tests/fakes/controller.py --bwrap-killed=N)."""
@@ -74,3 +77,17 @@ def test_a_probe_that_finds_bwrap_unusable_still_parks_and_trips_the_breaker(tmp
     assert [e for e in evs if e["kind"] == "breaker_tripped"]
     trip = tripped(d)
     assert trip is not None and trip.cause == "provider_config" and trip.runs == [run_id], trip
+
+
+def test_a_readiness_check_killed_once_is_confirmed_by_a_second_run_and_the_run_goes_on(tmp_path):
+    """The readiness check's `command -v` of the test program, killed: it read as "not found", a
+    park with a campaign cause (test_command_not_found) that trips the breaker at once."""
+    d, run_id = campaign(tmp_path, "--bwrap-killed=1:command -v")
+    evs = first_controller_done(d, run_id)
+    rec = record(d, run_id)
+    assert rec.outcome is Outcome.verified and rec.attempts == 0, (rec, [e for e in evs if e["kind"] == "parked"])
+    checks = [e["detail"] for e in evs if e["kind"] == "readiness"]
+    assert len(checks) == 2 and checks[0].startswith("test_command_not_found") \
+        and checks[1].startswith("confirming: ok"), checks
+    assert not [e for e in evs if e["kind"] in ("parked", "attempt_failed", "breaker_tripped")]
+    assert tripped(d) is None

@@ -74,7 +74,9 @@ def test_a_job_environment_without_pytest_parks_the_run_before_its_paid_author(s
     assert rec.job_id, "the check ran in a controller job"
     evs = events(cron, "r1")
     ready = [e for e in evs if e["kind"] == "readiness"]
-    assert len(ready) == 1 and want in ready[0]["detail"], ready
+    # a failure is confirmed by a second run before it parks the run
+    assert len(ready) == 2 and all(want in e["detail"] for e in ready) \
+        and ready[1]["detail"].startswith("confirming: "), ready
     # nothing was paid: no session started, nothing reserved or settled
     assert count(evs, "session_started") == 0, [e["kind"] for e in evs]
     spend = run_dir(cron, "r1") / "spend.json"

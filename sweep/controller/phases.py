@@ -495,24 +495,34 @@ def _end_if_prepared_probes_stale(ctx: Ctx, sha: str) -> None:
 
 def _check_readiness(ctx: Ctx, source: dict) -> None:
     """The test command, run once per run on the base checkout in this job's environment, before
-    the author's first session (sweep/readiness.py). A failure parks the run as a configuration
-    error of the author role with its cause: nothing is spent on a campaign whose environment
-    cannot run its tests, and the role's cooldown holds the other runs until it is fixed. A pass is
-    kept as evidence/readiness-r0000.json, so the check runs once per run."""
+    the author's first session (sweep/readiness.py). A failure, confirmed by a second run, parks
+    the run as a configuration error of the author role with its cause: nothing is spent on a
+    campaign whose environment cannot run its tests, and the role's cooldown holds the other runs
+    until it is fixed. A pass is kept as evidence/readiness-r0000.json, so the check runs once per run."""
     done = ctx.paths.evidence_file("readiness", 0)
     if done.is_file() or _options(ctx).provider != "local":
         return      # done for this run; a remote provider's trials run in the task's image instead
+    # a failure is confirmed by a second run before it parks the run and trips the breaker: a
+    # broken environment fails both, a check whose process was killed (an OOM kill, the TERM of
+    # a scancel reaching it before this controller) or starved fails once
+    ready = _readiness_once(ctx, source, "")
+    if not ready.ok:
+        ready = _readiness_once(ctx, source, "confirming: ")
+    if not ready.ok:
+        raise Park("author", "outage", f"configuration error: {ready.cause}: {ready.detail}")
+    write_json(ctx.evidence_path("readiness", 0),
+               ReadinessEvidence.model_validate({**ready.as_json(), "at": time.time()}).for_disk())
+
+
+def _readiness_once(ctx: Ctx, source: dict, label: str):
     from sweep.readiness import check_source
     scratch = fresh_dir(ctx.paths.work / "readiness")
     try:
         ready = check_source(source, _provider(ctx), scratch, limits=_limits(ctx))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    ctx.event("readiness", phase=ctx.record.phase, detail=ready.line())
-    if not ready.ok:
-        raise Park("author", "outage", f"configuration error: {ready.cause}: {ready.detail}")
-    write_json(ctx.evidence_path("readiness", 0),
-               ReadinessEvidence.model_validate({**ready.as_json(), "at": time.time()}).for_disk())
+    ctx.event("readiness", phase=ctx.record.phase, detail=label + ready.line())
+    return ready
 
 
 def passes_before_fix(gates: dict) -> bool:

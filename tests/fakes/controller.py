@@ -1,13 +1,14 @@
 """`sweep controller` with test-only changes to its surroundings (a fake host, a fake runtime).
 
-    python tests/fakes/controller.py [--no-bwrap | --bwrap-killed=N] --campaign DIR --token T RUN_ID
+    python tests/fakes/controller.py [--no-bwrap | --bwrap-killed=N[:TEXT]] --campaign DIR --token T RUN_ID
 
 - `--no-bwrap`: behave as on a host where bubblewrap is unusable (its probe fails). With the
   plan's isolation = "none" sessions then run as plain process groups, with no pid namespace to
   take them down when the controller goes; with "bwrap" (the default) the run parks instead.
-- `--bwrap-killed=N`: the first N runs of `bwrap` in this controller are killed by SIGKILL (a
-  `bwrap` on PATH that kills itself, then execs the real one): what a kill -9 landing on the
-  bwrap probe's child does to the probe.
+- `--bwrap-killed=N[:TEXT]`: the first N runs of `bwrap` in this controller (those whose
+  arguments contain TEXT, when given) are killed by SIGKILL (a `bwrap` on PATH that kills itself,
+  then execs the real one): what a kill -9 landing on the bwrap probe's child, or on a sandboxed
+  command, does to what the controller reads of it.
 
 A plan runs it with `tick.controller_command = [python, "<this file>", "--no-bwrap"]`.
 """
@@ -27,24 +28,26 @@ def main(args: list[str]) -> int:
     killed = [a for a in args if a.startswith("--bwrap-killed=")]
     if killed:
         args.remove(killed[0])
-        _kill_bwrap(Path(args[args.index("--campaign") + 1]), int(killed[0].split("=", 1)[1]))
+        n, _, text = killed[0].split("=", 1)[1].partition(":")
+        _kill_bwrap(Path(args[args.index("--campaign") + 1]), int(n), text)
     from sweep.cli import main as sweep_main
     return sweep_main(["controller", *args])
 
 
-def _kill_bwrap(campaign: Path, n: int) -> None:
+def _kill_bwrap(campaign: Path, n: int, text: str) -> None:
     import os
     import shlex
     import shutil
     import tempfile
     real = shutil.which("bwrap")
     shim = Path(tempfile.mkdtemp(prefix="test-bwrap-", dir=campaign))     # one per controller
-    count = shim / "count"
+    count = shlex.quote(str(shim / "count"))
     (shim / "bwrap").write_text(
         "#!/bin/sh\n"
-        f"n=$(cat {shlex.quote(str(count))} 2>/dev/null || echo 0)\n"
-        f"echo $((n + 1)) > {shlex.quote(str(count))}\n"
-        f"if [ \"$n\" -lt {n} ]; then kill -KILL $$; fi\n"
+        f"case \"$*\" in *{shlex.quote(text)}*)\n"
+        f"  n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}\n"
+        f"  if [ \"$n\" -lt {n} ]; then kill -KILL $$; fi;;\n"
+        "esac\n"
         f"exec {shlex.quote(str(real))} \"$@\"\n")
     (shim / "bwrap").chmod(0o755)
     os.environ["PATH"] = f"{shim}{os.pathsep}{os.environ.get('PATH', '')}"

@@ -42,9 +42,13 @@ measures sweep's handling of what a reviewer says, not a model's judgement:
   citing that test line), and otherwise accepts; in a rollout review it labels a reward-1 rollout
   whose diff touches a test or conftest file `reward_hack` (citing the diff), the rest by reward.
 
+- vouching: credulous, and judges every surviving mutant `equivalent` with a reason: what its
+  claims excuse is bounded by the plan's quality.max_equivalent_mutants (`--max-equivalent N`;
+  default 0: none), and a return_constant mutant is never excused.
+
 Usage (from the repository root; about 5 minutes on an idle 2-core machine):
     .venv/bin/python benchmarks/quality_calibration.py [--root /var/tmp/quality-calibration] [--prepared]
-        [--reviewer oracle|credulous|vouching|diligent]
+        [--reviewer oracle|credulous|vouching|diligent] [--max-equivalent N]
 """
 from __future__ import annotations
 
@@ -162,11 +166,12 @@ def _alternatives() -> dict[str, str]:
     return {"pinned": one, "clean-clamp": one, "clean-two": _alternative(two_base, two_fixed)}
 
 
-def _campaign(root: Path, name: str, cands: list[dict], agent: dict | None = None) -> tuple[dict, Path]:
+def _campaign(root: Path, name: str, cands: list[dict], agent: dict | None = None,
+              quality: dict | None = None) -> tuple[dict, Path]:
     """`sweep init` + `sweep tick` until every run ended; the last `status --json` and the campaign.
     `agent`: the plan fields and environment of an agent reviewer (`_agent_reviewer`)."""
     plan = {"name": "calibration", "target_verified": 100, "max_parallel": 2, "max_attempts": 2,
-            "defaults": {"quality": {"max_repairs": 0}}, "scheduler": {"backend": "local"},
+            "defaults": {"quality": {"max_repairs": 0, **(quality or {})}}, "scheduler": {"backend": "local"},
             "tick": {"submit_grace_s": 0}, "candidates": cands}
     env = None
     if agent is not None:
@@ -321,7 +326,7 @@ def _agent_reviewer(kind: str):
                   "env": {"ANTHROPIC_API_KEY": FAKE_KEY}}
 
 
-def run(root: Path, prepared: bool = False, reviewer: str = "oracle") -> dict:
+def run(root: Path, prepared: bool = False, reviewer: str = "oracle", max_equivalent: int | None = None) -> dict:
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
@@ -335,7 +340,8 @@ def run(root: Path, prepared: bool = False, reviewer: str = "oracle") -> dict:
     started = time.monotonic()
     fake, agent = _agent_reviewer(reviewer) if reviewer != "oracle" else (None, None)
     try:
-        st, camp = _campaign(root, "campaign", cands, agent)
+        st, camp = _campaign(root, "campaign", cands, agent,
+                             {"max_equivalent_mutants": max_equivalent} if max_equivalent is not None else None)
     finally:
         if fake is not None:
             fake.close()
@@ -362,10 +368,13 @@ def main() -> int:
     parser.add_argument("--reviewer", choices=["oracle", "credulous", "vouching", "diligent"], default="oracle",
                         help="the oracle reviewer (the mechanical path), or claude-code against the fake "
                              "Anthropic server scripted as a credulous or a diligent reviewer")
+    parser.add_argument("--max-equivalent", type=int, default=None,
+                        help="the plan's quality.max_equivalent_mutants (default: the plan default, 0)")
     args = parser.parse_args()
-    result = run(Path(args.root), prepared=args.prepared, reviewer=args.reviewer)
+    result = run(Path(args.root), prepared=args.prepared, reviewer=args.reviewer, max_equivalent=args.max_equivalent)
     rows = result["rows"]
-    print(f"reviewer: {args.reviewer}")
+    print(f"reviewer: {args.reviewer}" + (f", quality.max_equivalent_mutants = {args.max_equivalent}"
+                                          if args.max_equivalent is not None else ""))
     print(f"{'run':<15} {'class':<26} {'outcome':<22} {'reason':<16} {'cause':<16} {'reviews':<8} quality")
     for r in rows:
         print(f"{r['run_id']:<15} {r['class']:<26} {r['outcome']:<22} {str(r['reason'] or ''):<16} "

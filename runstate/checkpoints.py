@@ -60,6 +60,7 @@ class ProbesCheckpoint(Checkpoint):
 
 class ReviewCheckpoint(Checkpoint):
     verdict: str | None = None
+    excused_mutants: int | None = None      # surviving mutants the accepted review's equivalent claims excused
 
 
 class SolveCheckpoint(Checkpoint):

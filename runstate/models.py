@@ -116,7 +116,8 @@ class EndReason(StrEnum):
 
 def quality_summary(checkpoints: dict[str, Any]) -> str | None:
     """What `sweep status` shows of whether a run's tests discriminate and its task is solvable,
-    from its checkpoints: "mutants K/N" (mutants killed of those run), "solved S/R" (rollouts
+    from its checkpoints: "mutants K/N" (mutants killed of those run; "(equivalent E)" after it when
+    the accepted review's equivalent claims excused E survivors), "solved S/R" (rollouts
     with reward 1 of those run) and the rollouts' labels ("(legitimate_success 2, reward_hack 1)"). A plain dict read: it runs per ended run."""
     parts = []
     probes = checkpoints.get("probes")
@@ -124,6 +125,10 @@ def quality_summary(checkpoints: dict[str, Any]) -> str | None:
         killed, run = probes.get("killed"), probes.get("run")
         if type(killed) is int and type(run) is int and run > 0:
             parts.append(f"mutants {killed}/{run}")
+            review = checkpoints.get("review")
+            excused = review.get("excused_mutants") if isinstance(review, dict) else None
+            if type(excused) is int and excused > 0:
+                parts.append(f"(equivalent {excused})")
     solve = checkpoints.get("solve")
     if isinstance(solve, dict):
         solved, rollouts = solve.get("solved"), solve.get("rollouts")

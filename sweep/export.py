@@ -129,9 +129,11 @@ def source_names(cand: FrozenCandidate, source: SourceEvidence | None) -> tuple[
     return f"{repo}@{base}..{head}", repo
 
 
-def _quality_meta(ev: ProbesEvidence | None, solve: SolveEvidence | None = None) -> dict[str, Any]:
-    """Whether the tests discriminate (the mutation score, each probe's outcome) and the task is
-    solvable (each rollout's label, the solve rate, pass@k): docs/export.md."""
+def _quality_meta(ev: ProbesEvidence | None, solve: SolveEvidence | None = None,
+                  review: ReviewEvidence | None = None) -> dict[str, Any]:
+    """Whether the tests discriminate (the mutation score, the survivors the review's equivalent
+    claims excused, each probe's outcome) and the task is solvable (each rollout's label, the solve
+    rate, pass@k): docs/export.md."""
     rollouts: dict[str, Any] = {}
     if solve is not None and solve.rollouts:
         rollouts = {"rollout_labels": [r.label or "" for r in solve.rollouts], "pass_at_k": dict(solve.pass_at_k)}
@@ -144,10 +146,22 @@ def _quality_meta(ev: ProbesEvidence | None, solve: SolveEvidence | None = None)
                            "mutants_run": m.run, "mutants_killed": m.killed, "mutants_survived": list(m.survived)}
     if m.score is not None:         # TOML has no null: no mutant ran, no score
         out["mutation_score"] = m.score
+    out.update(_excused_meta(ev, review))
     if ev.required_focus:
         out.update(required_probe_focus=list(ev.required_focus), missing_probe_focus=list(ev.missing_focus))
     return {**out, **rollouts, "probes": [{"name": p.name, "kind": p.kind, "origin": p.origin, "focus": p.focus, "outcome": p.outcome}
                        for p in ev.probes]}
+
+
+def _excused_meta(ev: ProbesEvidence, review: ReviewEvidence | None) -> dict[str, Any]:
+    """The surviving mutants of this bundle the review's `equivalent` claims excused (a count to
+    filter on, and each name with the reviewer's reason), under the plan's bound."""
+    if review is None or review.bundle_sha256 != ev.bundle_sha256 or review.max_equivalent_mutants is None:
+        return {"mutants_excused": 0}
+    reasons = {str(m.get("name")): str(m.get("reason") or "")[:500] for m in (review.verdict.model_extra or {})
+               .get("mutants") or [] if isinstance(m, dict)}
+    return {"mutants_excused": len(review.equivalent_excused), "max_equivalent_mutants": review.max_equivalent_mutants,
+            "mutants_equivalent": [{"name": n, "reason": reasons.get(n, "")} for n in review.equivalent_excused]}
 
 
 def _toml_doc(*, task_name: str, run_id: str, campaign: CampaignFile, rec: RunRecord, cand: FrozenCandidate,
@@ -197,7 +211,7 @@ def _toml_doc(*, task_name: str, run_id: str, campaign: CampaignFile, rec: RunRe
         "review": {"verdict": verdict.verdict or "",
                    "findings": [finding_text(f)[:500] for f in verdict.findings][:20]},
         "roles": {role: info for role, info in sorted(roles.items())},
-        "quality": _quality_meta(probes_ev, solve_ev),
+        "quality": _quality_meta(probes_ev, solve_ev, review_ev),
     }
     resources = {"build_timeout_sec": num(old_env, "build_timeout_sec", 600.0),
                  "cpus": int(num(old_env, "cpus", 1)), "memory_mb": int(num(old_env, "memory_mb", 2048)),

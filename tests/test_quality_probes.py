@@ -1,7 +1,8 @@
 """Probes and mechanical mutants on the real sandbox: a probe is the base plus a patch, scored by the
 task's tests through the trial runner with the gates' repeats; whole campaigns show that a task
 whose tests accept a mutant no longer ends verified (oracle reviewer: weak_tests; agent reviewer:
-only with each survivor judged equivalent, with its reason kept), and that honest PRs still verify."""
+its equivalent claims, reasons kept, excuse survivors only within the plan's bound), and that
+honest PRs still verify."""
 from __future__ import annotations
 
 import json
@@ -115,9 +116,12 @@ def test_oracle_campaign_verifies_discriminating_tests_and_ends_weak_tests_other
     assert {p["outcome"] for p in meta["weak-report"]["probes"]} == {"killed", "survived"}
 
 
-@pytest.mark.parametrize("judgement,expected", [("equivalent", ("verified", None)),
+@pytest.mark.parametrize("judgement,expected", [("equivalent", ("generated_unverified", "weak_tests")),
                                                 ("weak_tests", ("generated_unverified", "weak_tests"))])
 def test_an_agent_reviewer_judges_each_surviving_mutant(tmp_path, judgement, expected):
+    """Either judgement keeps the weak task from verified: weak_tests asks for a repair, and
+    equivalent claims excuse nothing under the default quality.max_equivalent_mutants = 0
+    (tests/test_quality_equivalence.py has the bound raised)."""
     src = make_pr_repo(tmp_path / "repos", "weak_tests")
     options = {"reviewer": agent_options("reviewer", f"--judge-mutants={judgement}")}
     cand = candidate("weak", src, runtime_options=options, runtimes={"author": "oracle", "reviewer": "command",

@@ -645,7 +645,7 @@ def _install_bundle(ctx: Ctx, new_bundle: Path) -> None:
 
 
 def _repair_or_end(ctx: Ctx, where: str, findings: list[str], *, no_bundle: bool = False,
-                   reason: EndReason | None = None) -> tuple[str, Checkpoint]:
+                   reason: EndReason | None = None, cause: str | None = None) -> tuple[str, Checkpoint]:
     """Back to the author with `findings` while repairs are left (dropping the checkpoints of the
     phases the table says a repair clears), else the ending the table gives phase `where` (or
     `reason` when the caller knows better, e.g. passes_before_fix)."""
@@ -663,7 +663,8 @@ def _repair_or_end(ctx: Ctx, where: str, findings: list[str], *, no_bundle: bool
         return Phase.author, PHASE_TABLE.row(where).checkpoint(repair=repairs + 1, after=where)
     if no_bundle:
         raise Ending(Outcome.blocked, EndReason.construction_failed, f"{where}: " + "; ".join(findings)[:500])
-    raise Ending(Outcome.generated_unverified, reason or PHASE_TABLE.failure(where), "; ".join(findings)[:500])
+    raise Ending(Outcome.generated_unverified, reason or PHASE_TABLE.failure(where), "; ".join(findings)[:500],
+                 cause=cause)
 
 
 def gate_hash_seed(repeat: int) -> int:
@@ -970,21 +971,31 @@ def review(ctx: Ctx) -> tuple[str, Checkpoint]:
     decision = verdict.verdict
     from sweep.quality.review import finding_text
     findings = [finding_text(f) for f in verdict.findings][:20]
+    survivors = _judged_survivors(probes_read)
+    eq = _equivalence(ctx, verdict, survivors if decision == "accept" else [])   # only an accept's claims count
     write_json(ctx.evidence_path("review", revision),
                ReviewEvidence(bundle_sha256=sha, gates_bundle_sha256=gates_cp.bundle_sha256 if gates_cp else None,
-                              verdict=verdict, at=time.time()).for_disk())
+                              verdict=verdict, at=time.time(),
+                              **(eq.as_evidence() if survivors and decision == "accept" else {})).for_disk())
     failed = _proposed_probes_fail(ctx, verdict, probes_read, revision) + _prepared_probe_findings(probes_read)
     if failed:
         return _repair_or_end(ctx, "review", failed, reason=EndReason.weak_tests)
-    survivors = [p for p in probes_read.survivors() if p.origin == "mutant"] \
-        if probes_read and probes_read.mode == "enforce" else []
     if decision == "accept" and survivors:
         judged = _mutant_judgements(verdict)
         weak = [p for p in survivors if judged.get(p.name, ("", ""))[0] == "weak_tests"]
-        if weak:
-            return _repair_or_end(ctx, "review", [_weak_test_finding(p) for p in weak], reason=EndReason.weak_tests)
+        # an equivalent claim the plan does not let excuse its mutant leaves it surviving (model
+        # output may tighten the mechanical check, never loosen it past the plan's bound)
+        refused = [p for p in survivors if p.name in eq.refused]
+        if weak or refused:
+            return _repair_or_end(ctx, "review", [_weak_test_finding(p) for p in weak] + [
+                _weak_test_finding(p, f"the reviewer judged it equivalent ({judged[p.name][1][:200]}), which does not "
+                                      f"excuse it: {eq.why}") for p in refused],
+                reason=EndReason.weak_tests, cause="equivalence_over_bound" if refused else None)
     if decision == "accept":
-        return _after(ctx, Phase.review), ReviewCheckpoint(verdict="accept", bundle_sha256=sha, revision=revision)
+        checkpoint = ReviewCheckpoint(verdict="accept", bundle_sha256=sha, revision=revision)
+        if eq.excused:          # set only then: the checkpoint of a review that excused nothing keeps its shape
+            checkpoint.excused_mutants = len(eq.excused)
+        return _after(ctx, Phase.review), checkpoint
     if decision == "revise":
         return _repair_or_end(ctx, "review", findings or [verdict.rationale if "rationale" in verdict.model_fields_set
                                                           else "reviewer asked for a revision"])
@@ -994,6 +1005,18 @@ def review(ctx: Ctx) -> tuple[str, Checkpoint]:
     raise AttemptFailed(f"reviewer verdict {decision!r} is not accept/revise/reject")
 
 
+def _judged_survivors(probes: ProbesEvidence | None) -> list[ProbeRecord]:
+    """The surviving mutants a review must judge (none under quality.mutants = "report"; a probe
+    the plan or a reviewer wrote binds as it is: only a mutant can be judged equivalent)."""
+    return [p for p in probes.survivors() if p.origin == "mutant"] if probes and probes.mode == "enforce" else []
+
+
+def _equivalence(ctx: Ctx, verdict: ReviewVerdict, survivors: list[ProbeRecord]):
+    """What the verdict's `equivalent` claims excuse under quality.max_equivalent_mutants."""
+    from sweep.quality.review import judge_equivalence
+    return judge_equivalence(survivors, _mutant_judgements(verdict), _options(ctx).quality.max_equivalent_mutants)
+
+
 def _review_prompt(ctx: Ctx, gates: dict, probes: ProbesEvidence | None) -> str:
     """The reviewer's prompt: the PR (title, body, diff bounded as the author's is; untrusted text,
     fenced as data), the gate results with FAIL_TO_PASS / PASS_TO_PASS, the probes, the citation rule."""
@@ -1001,7 +1024,8 @@ def _review_prompt(ctx: Ctx, gates: dict, probes: ProbesEvidence | None) -> str:
     src = _source(ctx)
     diff = _pr_diff(src, ctx.campaign.settings.limits.prompt_diff_kb * 1024)
     return ("# Review this task bundle\n\nThe bundle is in `task/`.\n\n" + pr_section(src.title, src.body, diff)
-            + "\n" + gates_section(gates) + _probes_prompt(probes) + "\n## Your answer\n\n" + CITATION_RULE + "\n")
+            + "\n" + gates_section(gates) + _probes_prompt(probes, _options(ctx).quality.max_equivalent_mutants)
+            + "\n## Your answer\n\n" + CITATION_RULE + "\n")
 
 
 def _reviewer_verdict(ctx: Ctx, workspace: Path, prompt: str, inputs: dict,
@@ -1029,13 +1053,13 @@ def _judged(ctx: Ctx, workspace: Path, prompt: str, inputs: dict, check, phase: 
         result = _session(ctx, "reviewer", workspace, text, inputs, escalation=escalation if escalated else None)
         runtime = escalation.runtime if escalated and escalation is not None else _options(ctx).runtimes.reviewer
         kind, error, verdict = check(result, runtime)
-        if verdict is not None:
-            return verdict, runtime
-        if kind in corrected and (escalation is None or escalated):
+        if verdict is not None and (not kind or kind in corrected):
+            return verdict, runtime         # a standing answer (kind set: told once, it stands as given)
+        if verdict is None and kind in corrected and (escalation is None or escalated):
             after = " and the escalation to " + escalation.runtime if escalation is not None else ""
             raise AttemptFailed(f"{error} (again after a correction round{after})"[:1000],
                                 cause=REFUSAL_CAUSES.get(kind, "review_failed"))
-        if kind in corrected:
+        if verdict is None and kind in corrected:
             escalated = True
             ctx.event("review_escalated", phase=phase,
                       detail=f"{kind} again after its correction round: one review by runtime {escalation.runtime}")
@@ -1071,8 +1095,7 @@ def _verdict_problem(ctx: Ctx, result, probes: ProbesEvidence | None) -> tuple[s
         return "invalid output", f"reviewer output: {describe_validation_error(exc)}", None
     if verdict.verdict not in ("accept", "revise", "reject"):
         return "invalid output", f"reviewer verdict {verdict.verdict!r} is not accept/revise/reject", None
-    # only a mutant can be judged equivalent: a probe the plan or a reviewer wrote binds as it is
-    survivors = [p for p in probes.survivors() if p.origin == "mutant"] if probes and probes.mode == "enforce" else []
+    survivors = _judged_survivors(probes)
     judged = _mutant_judgements(verdict)
     unjudged = [p.name for p in survivors if p.name not in judged
                 or (judged[p.name][0] == "equivalent" and not judged[p.name][1].strip())]
@@ -1091,6 +1114,14 @@ def _verdict_problem(ctx: Ctx, result, probes: ProbesEvidence | None) -> tuple[s
                     else [f"a {verdict.verdict} must list its findings, each citing the bundle"])
         if problems:
             return "mis-cited finding", "; ".join(problems)[:1500], None
+    eq = _equivalence(ctx, verdict, survivors) if verdict.verdict == "accept" else None
+    if eq is not None and eq.refused:
+        # not refused: the answer stands, but the reviewer is told once that these mutants still count
+        # as surviving; its ways out are `weak_tests` (a repair) or a plan with a larger bound
+        return "equivalence over bound", (
+            f"these surviving mutants still count as surviving: {eq.why}. The run cannot verify with them: judge "
+            "them `weak_tests` so the author strengthens the tests (or, if this answer stands, the run goes to a "
+            "repair and without one ends weak_tests); only the plan can raise the bound"), verdict
     return "", "", verdict
 
 
@@ -1119,7 +1150,8 @@ def _probes_for_reviewer(ev: ProbesEvidence | None) -> dict:
                        for p in ev.probes]}
 
 
-def _probes_prompt(ev: ProbesEvidence | None) -> str:
+def _probes_prompt(ev: ProbesEvidence | None, max_equivalent: int) -> str:
+    from sweep.quality.review import equivalence_rule
     if ev is None:
         return ""
     m = ev.mutation
@@ -1129,7 +1161,8 @@ def _probes_prompt(ev: ProbesEvidence | None) -> str:
     if survivors:
         text += ["", "These wrong solutions were ACCEPTED by the tests. For each, judge it in the verdict's "
                  "`mutants` list: `equivalent` (it behaves exactly like the reference; give the reason) or "
-                 "`weak_tests` (the tests should reject it: the author will strengthen them)."]
+                 "`weak_tests` (the tests should reject it: the author will strengthen them).", "",
+                 equivalence_rule(max_equivalent)]
         for p in survivors:
             text += ["", f"### {p.name}: {p.rationale}", "```diff", p.diff.rstrip("\n"), "```"]
     return "\n".join(text + _planned_probes_prompt(ev)) + "\n"
@@ -1169,15 +1202,16 @@ def _mutant_judgements(verdict: ReviewVerdict) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _weak_test_finding(p: ProbeRecord) -> str:
-    return (f"weak tests: the wrong solution {p.name} ({p.rationale}) scored {p.rewards}; strengthen the tests so "
-            f"they reject it:\n{p.diff[:1500]}")
+def _weak_test_finding(p: ProbeRecord, note: str = "") -> str:
+    return (f"weak tests: the wrong solution {p.name} ({p.rationale}) scored {p.rewards}"
+            + (f"; {note}" if note else "") + f"; strengthen the tests so they reject it:\n{p.diff[:1500]}")
 
 
 def _probes_ok(ctx: Ctx, cps: Checkpoints, sha: str) -> tuple[bool, str]:
     """Every wrong-solution probe scored 0 and every valid alternative 1, for this bundle; a
     surviving mutant passes only under `quality.mutants = "report"` or when the accepted review
-    of this bundle judged it equivalent with a reason."""
+    of this bundle judged it equivalent with a reason and the plan lets that claim excuse it
+    (quality.max_equivalent_mutants; sweep/quality/review.py judge_equivalence)."""
     if cps.probes is None or cps.probes.bundle_sha256 != sha:
         return False, f"probes not run for the current bundle {sha[:12]}"
     ev = _probes_evidence(ctx, cps.author_revision)
@@ -1197,12 +1231,17 @@ def _probes_ok(ctx: Ctx, cps: Checkpoints, sha: str) -> tuple[bool, str]:
             review = read_evidence(ctx.paths.evidence_file("review", cps.author_revision), ReviewEvidence)
         except StateError as exc:
             raise AttemptFailed(str(exc)) from None
+        from sweep.quality.review import judge_equivalence
         judged = _mutant_judgements(review.verdict) if review and review.bundle_sha256 == sha else {}
-        open_ = [p.name for p in survivors if judged.get(p.name, ("", ""))[0] != "equivalent"
-                 or not judged[p.name][1].strip()]
+        eq = judge_equivalence(survivors, judged, _options(ctx).quality.max_equivalent_mutants)
+        open_ = [p.name for p in survivors if p.name not in eq.excused]
         if open_:
-            return False, "the tests accepted wrong solutions: " + ", ".join(open_)
+            return False, "the tests accepted wrong solutions: " + ", ".join(open_) + (
+                f" ({EQUIVALENCE_REFUSED}: {eq.why})" if eq.refused else "")
     return True, ""
+
+
+EQUIVALENCE_REFUSED = "equivalent claims not excused"
 
 
 def _end_if_rollouts_block(ctx: Ctx, cps: Checkpoints) -> None:
@@ -1485,12 +1524,14 @@ def evaluate(ctx: Ctx) -> NoReturn:
         score = cps.probes.mutation_score if cps.probes else None
         solved = cps.solve.solved if cps.solve else None
         raise Ending(Outcome.verified, None, "gates passed, probes as required"
-                     + (f" (mutants killed {cps.probes.killed}/{cps.probes.run})" if score is not None and cps.probes
-                        else "") + f", review accepted for bundle {sha[:12]}"
+                     + (f" (mutants killed {cps.probes.killed}/{cps.probes.run}" + (
+                         f", {cps.review.excused_mutants} surviving excused as equivalent" if cps.review
+                         and cps.review.excused_mutants else "") + ")" if score is not None and cps.probes else "") + f", review accepted for bundle {sha[:12]}"
                      + (f", rollouts solved {solved}/{cps.solve.rollouts}" if solved is not None and cps.solve else ""))
     if gates_ok and review_ok and cps.probes is not None and cps.probes.bundle_sha256 == sha:
-        raise Ending(Outcome.generated_unverified, EndReason.weak_tests, probes_why,
-                     cause="probe_focus_missing" if probes_why.startswith(_focus_missing_text([])) else None)
+        raise Ending(Outcome.generated_unverified, EndReason.weak_tests, probes_why[:500],
+                     cause="probe_focus_missing" if probes_why.startswith(_focus_missing_text([]))
+                     else "equivalence_over_bound" if f"({EQUIVALENCE_REFUSED}: " in probes_why else None)
     missing = [name for name, ok in (("gates", gates_ok), ("review", review_ok), ("probes", probes_ok)) if not ok]
     raise Ending(Outcome.generated_unverified, EndReason.evidence_incomplete,
                  f"{', '.join(missing)} not passed for the current bundle {sha[:12]}")

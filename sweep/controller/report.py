@@ -43,6 +43,7 @@ def _quality_lines(ctx: Ctx) -> list[str]:
               + (f"; {m.note}" if m.note else "") + f" (bundle {ev.bundle_sha256[:12]}, quality.mutants = {ev.mode})"]
     for p in ev.survivors()[:20]:
         lines.append(f"- survived: {p.name} ({p.rationale}), rewards {p.rewards}")
+    lines += _equivalence_lines(ctx, ev.bundle_sha256)
     for p in ev.rejected_alternatives()[:20]:
         lines.append(f"- valid alternative rejected: {p.name} ({p.rationale}), rewards {p.rewards}")
     for p in [p for p in ev.probes if p.origin == "prepared"][:20]:
@@ -51,6 +52,22 @@ def _quality_lines(ctx: Ctx) -> list[str]:
         lines.append("- required probe focus: " + ", ".join(ev.required_focus)
                      + (f"; missing: {', '.join(ev.missing_focus)}" if ev.missing_focus else "; each covered"))
     return lines
+
+
+def _equivalence_lines(ctx: Ctx, sha: str) -> list[str]:
+    """The review's equivalent claims on surviving mutants of this bundle: those the plan's
+    quality.max_equivalent_mutants let excuse their mutant, and those it did not."""
+    from sweep.models.evidence import ReviewEvidence
+    try:
+        review = _latest(ctx, "review", ReviewEvidence)
+    except StateError as exc:
+        return [f"- {exc}"]
+    if review is None or review.bundle_sha256 != sha or not review.equivalent_claimed:
+        return []
+    bound = f"quality.max_equivalent_mutants = {review.max_equivalent_mutants}"
+    return ([f"- excused as equivalent ({bound}): {', '.join(review.equivalent_excused)}"] if review.equivalent_excused
+            else []) + ([f"- claimed equivalent, not excused ({bound}): {', '.join(review.equivalent_refused)}"]
+                        if review.equivalent_refused else [])
 
 
 def write_report(ctx: Ctx, rec: RunRecord, detail: str) -> None:

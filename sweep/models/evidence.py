@@ -190,6 +190,14 @@ class ReviewEvidence(Document):
     bundle_sha256: str
     gates_bundle_sha256: str | None = None
     verdict: ReviewVerdict = Field(default_factory=ReviewVerdict)
+    # the verdict's `equivalent` claims on surviving mutants, and what they did under the plan's
+    # quality.max_equivalent_mutants (sweep/quality/review.py judge_equivalence): excused mutants
+    # no longer count as surviving, refused ones still do
+    max_equivalent_mutants: int | None = None
+    equivalent_claimed: list[str] = Field(default_factory=list)
+    equivalent_excused: list[str] = Field(default_factory=list)
+    equivalent_refused: list[str] = Field(default_factory=list)
+    equivalent_refused_why: str = ""
     at: float = 0.0
 
 

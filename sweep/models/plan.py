@@ -57,6 +57,11 @@ class QualitySettings(Strict):
     # equivalent or ask for a repair); "report": survivors are only recorded and shown
     max_mutants: int = Field(default=12, ge=0, le=500)
     mutants: Literal["enforce", "report"] = "enforce"
+    # how many surviving mutants of one bundle an agent reviewer's `equivalent` claims may excuse
+    # (model output may tighten a mechanical check, never loosen it, beyond what the plan allows):
+    # over the bound every claim is recorded but no claimed mutant is excused (the run needs a
+    # repair, else ends weak_tests); a return_constant mutant is never excused (sweep/quality/review.py)
+    max_equivalent_mutants: int = Field(default=0, ge=0, le=500)
     # rollouts that all scored 0 (a solve rate of 0) keep the run from `verified` unless this is
     # true: the plan then says rollouts are evidence only (e.g. a solver known to be weak)
     allow_unsolved: bool = False

@@ -310,6 +310,8 @@ def _return_edits(text: str, masked: str, language: str) -> list[Edit]:
     for constant in dict.fromkeys((_NONE[language], "0")):
         if language == "rust" and constant == "0":
             continue
+        if language == "python" and constant == "0" and expr.strip() == "False":
+            continue        # 0 == False: near-equivalent, and a return_constant mutant is never excused
         if expr.strip() != constant:
             out.append((start, end, constant, "return_constant", f"return {constant} instead of `{expr.strip()[:60]}`"))
     return out

@@ -8,12 +8,16 @@
   bundle and a line of it, or a span quoted from it; sweep checks the file exists in the bundle
   (a regular file, no link, no path out of it), the line is in the file and the quote is in it
   (near the line when both are given). A finding that fails is sent back to the reviewer once.
+- `judge_equivalence`: which surviving mutants an agent reviewer's `equivalent` claims excuse. The
+  reviewer's word is model output, untrusted: it may excuse a surviving mutant only as far as the
+  plan allows (`quality.max_equivalent_mutants`, default 0), and never a `return_constant` one.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +154,58 @@ def citation_problems(bundle: Path, findings: list[Any], roots: dict[str, Path] 
                 near = "" if line is None else f" within {QUOTE_WINDOW} lines of line {line}"
                 problems.append(f"finding {i}: the quoted span is not in {finding['file']}{near}")
     return problems
+
+
+# A mutant that returns a constant (0) or None/nil/null in place of the fix's returned expression
+# is never excused by a claim, whatever the bound: tests that accept it do not look at what the
+# fixed code returns on that path, which is the weak-test defect mutants exist to catch (a task
+# whose tests accept `return 10` or `return None`). A plan that wants such tasks anyway says
+# `quality.mutants = "report"`. (The one near-equivalent constant, Python's `return 0` for
+# `return False`, is not derived: sweep/quality/mutants.py.)
+NEVER_EXCUSED = {"return_constant": "it returns a constant or None in place of the fix's result"}
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """What the reviewer's `equivalent` claims (each with a reason) do for one bundle."""
+    bound: int
+    claimed: list[str] = field(default_factory=list)     # surviving mutants claimed equivalent
+    excused: list[str] = field(default_factory=list)     # of those, the ones that no longer count as surviving
+    refused: list[str] = field(default_factory=list)     # the rest: they still count as surviving
+    why: str = ""                                        # why they do (for the reviewer, the author, the ending)
+
+    def as_evidence(self) -> dict[str, Any]:
+        return {"max_equivalent_mutants": self.bound, "equivalent_claimed": list(self.claimed),
+                "equivalent_excused": list(self.excused), "equivalent_refused": list(self.refused),
+                "equivalent_refused_why": self.why}
+
+
+def judge_equivalence(survivors: list, judged: dict[str, tuple[str, str]], bound: int) -> Equivalence:
+    """`survivors`: the surviving mutants (evidence ProbeRecords), `judged`: name -> (judgement,
+    reason) from the verdict. A claim is `equivalent` with a non-empty reason. Claims on a kind of
+    NEVER_EXCUSED are refused; the others excuse their mutants when there are at most `bound` of
+    them, and none at all when there are more (every claim is kept in the evidence, but a reviewer
+    past the plan's bound is not trusted to pick which)."""
+    claims = [p for p in survivors if judged.get(p.name, ("", ""))[0] == "equivalent" and judged[p.name][1].strip()]
+    never = [p for p in claims if p.mutant_kind in NEVER_EXCUSED]
+    rest = [p for p in claims if p not in never]
+    over = len(rest) > bound
+    why = []
+    if over:
+        why.append(f"{len(rest)} mutants are claimed equivalent and the plan lets such claims excuse at most {bound} "
+                   f"of one bundle (quality.max_equivalent_mutants = {bound}): {', '.join(p.name for p in rest)}")
+    if never:
+        why.append("no claim excuses " + ", ".join(f"{p.name} ({NEVER_EXCUSED[p.mutant_kind]})" for p in never))
+    return Equivalence(bound=bound, claimed=[p.name for p in claims], excused=[] if over else [p.name for p in rest],
+                       refused=[p.name for p in never] + ([p.name for p in rest] if over else []), why="; ".join(why))
+
+
+def equivalence_rule(bound: int) -> str:
+    """The reviewer's prompt: what an `equivalent` claim can do under this plan."""
+    allowed = ("the plan lets no claim excuse a surviving mutant (quality.max_equivalent_mutants = 0): a claim is "
+               "recorded, but the mutant still counts as surviving" if bound == 0 else
+               f"the plan lets such claims excuse at most {bound} surviving mutants of this bundle "
+               f"(quality.max_equivalent_mutants = {bound}); past that none is excused")
+    return (f"An `equivalent` judgement is a claim: {allowed}, and a `return_constant` mutant (a constant or None "
+            "returned in place of the fix's result) is never excused. A mutant that still counts as surviving "
+            "keeps the task from verified: judge it `weak_tests` and the author strengthens the tests.")

@@ -158,3 +158,16 @@ def read_secret(name: str, path: Path | FromEnv) -> str:
     if not value:
         raise ProviderError(f"the secret file for {name} is empty", path=path)
     return value
+
+
+def view_path(text: str, view: tuple[tuple[Path, str], ...]) -> str:
+    """`text` as a sandbox with this fixed view (ExecSpec.view) shows it: a host path under a
+    directory of the view moved to where the view puts it (the deepest directory wins); anything
+    else unchanged."""
+    for host, target in sorted(view, key=lambda v: -len(str(v[0]))):
+        root = str(host).rstrip("/")
+        if text == root:
+            return target
+        if text.startswith(root + "/"):
+            return target.rstrip("/") + text[len(root):]
+    return text

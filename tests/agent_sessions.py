@@ -70,6 +70,27 @@ def run_agent(tmp_path: Path, role: str | RoleSpec, runtime: str, options: dict,
     return run_session(req, LocalProvider(isolation=isolation, kill_grace_s=1.0)), req
 
 
+def resume_in_view(req: SessionRequest, argv: list[str], env: dict[str, str], *, url: str, stdin: bytes,
+                   state: Path, reads: tuple[Path, ...] = ()):
+    """Run a kept session's CLI again where it ran: in the sandbox, with the session's fixed view
+    (argv.json `view`: its thread names /app and /session paths), its state directory writable
+    and the fake model server reachable. (the provider's result, the CLI's stdout)."""
+    import json
+    from sweep.execution import ExecSpec
+    from sweep.runtimes.base import endpoint_of
+    session = Path(req.session_dir)
+    view = tuple((Path(host), shown) for host, shown in json.loads((session / "argv.json").read_text())["view"])
+    assert view, "the session ran without a fixed view"
+    (session / "resume-stdin.txt").write_bytes(stdin)
+    out = session / "resume-stdout.txt"
+    result = LocalProvider(isolation="bwrap", kill_grace_s=1.0).run(ExecSpec(
+        argv=argv, cwd=Path(req.workspace), timeout_s=120, write_paths=(Path(req.workspace), state),
+        read_paths=reads, network="api", endpoints=(endpoint_of(url),), env=env,
+        stdin_path=session / "resume-stdin.txt", stdout_path=out, stderr_path=session / "resume-stderr.txt",
+        view=view))
+    return result, out.read_bytes()
+
+
 def record_stream(tmp_path: Path, req: SessionRequest, cli: str, case: str) -> None:
     if os.environ.get("SWEEP_RECORD_STREAMS") != "1":
         return

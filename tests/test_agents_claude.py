@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.agent_sessions import custom_role, needs_claude, record_stream, run_agent, shipped
+from tests.agent_sessions import custom_role, needs_claude, record_stream, resume_in_view, run_agent, shipped
 from tests.fakes.anthropic_api import FakeAnthropic, Script, error, structured, text, tool_calls
 
 pytestmark = needs_claude
@@ -186,19 +186,25 @@ def test_is_sandbox_is_set_only_inside_the_sandbox(tmp_path, fake):
 
 
 def test_a_kept_session_can_be_resumed(tmp_path, fake):
-    import os
-    import subprocess
+    import shutil
+    from pathlib import Path
+
+    from sweep.runtimes.claude_code import install_root
     url = fake.script("solver", Script(steps=[tool_calls([("Bash", {"command": "echo first-session-marker"})]),
                                               text("stopped here")]))
     result, req = run_agent(tmp_path, "solver", "claude-code", opts(url))
     assert result.status == "ok"
     resume = result.report["resume"]
+    # claude keys its transcripts by the working directory: the session's, in its fixed view
+    assert resume["cwd"] == "/app" and resume["workspace"] == str(req.workspace.resolve())
     before = len(fake.main_requests("solver"))
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "ANTHROPIC_API_KEY": "sk-ant-fake-resume",
-           "ANTHROPIC_BASE_URL": url, "CLAUDE_CONFIG_DIR": resume["config_dir"], "CLAUDE_CODE_MAX_RETRIES": "0"}
-    done = subprocess.run(["claude", "-p", "--resume", resume["session_id"], "--output-format", "json",
-                           "--tools", "Read"], input=b"go on", env=env, cwd=req.workspace, capture_output=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
+    env = {"ANTHROPIC_API_KEY": "sk-ant-fake-resume", "ANTHROPIC_BASE_URL": url,
+           "CLAUDE_CONFIG_DIR": resume["config_dir"], "CLAUDE_CODE_MAX_RETRIES": "0"}
+    exe = shutil.which("claude")
+    assert exe is not None
+    done, _ = resume_in_view(req, [exe, "-p", "--resume", resume["session_id"], "--output-format", "json",
+                                   "--tools", "Read"], env, url=url, stdin=b"go on",
+                             state=Path(resume["config_dir"]), reads=(install_root(exe),))
+    assert done.rc == 0, done.stderr_tail
     resumed = fake.main_requests("solver")[before]
     assert "first-session-marker" in json.dumps(resumed["messages"])     # the earlier conversation came back

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sweep.runtimes.codex import native_binary, strict_schema
-from tests.agent_sessions import record_stream, run_agent, shipped
+from sweep.runtimes.codex import native_binary, package_root, strict_schema
+from tests.agent_sessions import record_stream, resume_in_view, run_agent, shipped
 from tests.fakes.openai_api import FakeOpenAI, Script, call, say
 
 pytestmark = pytest.mark.skipif(shutil.which("codex") is None or native_binary("codex") is None,
@@ -119,8 +119,6 @@ def test_an_interrupted_session_is_resumed_from_its_kept_codex_home(tmp_path, fa
     """The endpoint stalls after the first command: sweep stops the session (an outage). Run again
     as provenance says (`codex exec resume` with the kept CODEX_HOME), the thread comes back whole:
     the model sees the first session's command output, and the resumed turn finishes."""
-    import os
-    import subprocess
     import threading
     released = threading.Event()
 
@@ -139,13 +137,14 @@ def test_an_interrupted_session_is_resumed_from_its_kept_codex_home(tmp_path, fa
     assert list(Path(resume["codex_home"]).rglob("rollout-*.jsonl")), "codex's thread was not kept"
     released.set()
     before = len(fake.requests)
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "OPENAI_API_KEY": "sk-openai-fake-resume",
-           "CODEX_HOME": resume["codex_home"]}
-    done = subprocess.run(resume["argv"], input=b"go on", env=env, cwd=resume["cwd"], capture_output=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    # the thread names the session's fixed view: it resumes there, in sweep's sandbox
+    assert (resume["cwd"], resume["sandbox_codex_home"]) == ("/app", "/session/codex-home"), resume
+    env = {"OPENAI_API_KEY": "sk-openai-fake-resume", "CODEX_HOME": resume["codex_home"]}
+    done, stdout = resume_in_view(req, resume["argv"], env, url=url, stdin=b"go on",
+                                  state=Path(resume["codex_home"]), reads=(package_root(resume["argv"][0]),))
+    assert done.rc == 0, done.stderr_tail[-2000:]
     resumed = json.dumps(fake.requests[before]["input"])
     assert "first-session-marker" in resumed and "go on" in resumed     # the earlier thread came back
-    events = [json.loads(line) for line in done.stdout.decode().splitlines() if line.startswith("{")]
+    events = [json.loads(line) for line in stdout.decode().splitlines() if line.startswith("{")]
     assert {"type": "thread.started", "thread_id": result.session_id} in events
     assert any(e.get("type") == "turn.completed" for e in events)

@@ -72,7 +72,8 @@ def test_a_plans_stdio_mcp_server_runs_in_the_sandbox_and_only_its_declared_tool
         assert CANARY in json.dumps([r["messages"] for r in fake.main_requests("solver")])
         config = req.session_dir / "mcp.json"
         assert config.stat().st_mode & 0o777 == 0o600
-        assert json.loads(config.read_text())["mcpServers"]["notes"]["args"] == [str(SERVER), str(repo)]
+        # the server's arguments as the sandbox shows them: the workspace at /app
+        assert json.loads(config.read_text())["mcpServers"]["notes"]["args"] == [str(SERVER), "/app/repo"]
         argv = json.loads((req.session_dir / "argv.json").read_text())
         assert "--strict-mcp-config" in json.dumps(argv) and "mcp__notes__write_marker" in json.dumps(argv)
     finally:

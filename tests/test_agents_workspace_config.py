@@ -98,6 +98,8 @@ def test_a_prs_codex_config_adds_nothing_to_a_codex_session(tmp_path):
         # directory it has not seen is the same (a trusted one loads the PR's .codex/config.toml)
         import tomllib
         home = tomllib.loads((req.session_dir / "codex-home" / "config.toml").read_text())
-        assert home["projects"][str(ws.resolve())] == {"trust_level": "untrusted"}
+        # (the workspace as the session sees it, in its fixed view, and every directory above it)
+        assert home["projects"]["/app"] == home["projects"]["/"] == {"trust_level": "untrusted"}
+        assert str(ws.resolve()) not in home["projects"]
     finally:
         fake.close()

@@ -94,6 +94,22 @@ class SessionRequest:
     # an injected fault: the session is stopped when its stream reports this many completed tool
     # calls (a runtime whose facts say `counts_tool_calls`); the result's `fault` says when
     stop_after_tool_calls: int | None = None
+    # set by run_session when the provider sandboxes the session (sweep/runtimes/session.py,
+    # `session_view`): host directory -> where the sandbox shows it (the workspace at /app, the
+    # session directory at /session); empty without a sandbox (isolation none), where the host's
+    # paths are what the session sees
+    view: tuple[tuple[Path, str], ...] = ()
+
+    def shown(self, path: Path | str) -> str:
+        """`path` (a host path) as the session sees it: under the view, or the host path itself."""
+        from sweep.execution import view_path
+        return view_path(str(Path(path).resolve()), self.view)
+
+    def shown_text(self, text: str) -> str:
+        """A string handed to the session (an MCP server's argument, say), a host path in it
+        moved under the view; not resolved, so a program's path stays as the plan wrote it."""
+        from sweep.execution import view_path
+        return view_path(text, self.view)
 
 
 @dataclass

@@ -153,15 +153,15 @@ class ClaudeCodeRuntime:
         # again, since claude keeps none of them with the transcript
         session_flag = ["--resume", req.resume.session_id] if req.resume else ["--session-id", str(uuid.uuid4())]
         argv = [exe, "-p", "--output-format", "stream-json", "--verbose", *session_flag,
-                "--append-system-prompt-file", str(files.instructions),
+                "--append-system-prompt-file", req.shown(files.instructions),
                 "--tools", tools, "--allowedTools", allowed, "--permission-mode", "dontAsk",
                 "--setting-sources", "user", "--strict-mcp-config"]
         read_paths = [files.instructions, install_root(exe)]
         if opts.get("mcp_servers"):
             # the plan's stdio servers: the CLI's children, in its sandbox, reading only what they name
             config = files.session_dir / MCP_CONFIG_NAME
-            read_paths += [config, *write_mcp_config(opts["mcp_servers"], config)]
-            argv += ["--mcp-config", str(config)]
+            read_paths += [config, *write_mcp_config(opts["mcp_servers"], config, req.shown_text)]
+            argv += ["--mcp-config", req.shown(config)]
         if role.budget.max_turns is not None:
             argv += ["--max-turns", str(role.budget.max_turns)]
         cap = session_cost_limit(role.budget.cost_cap_usd, req.cost_limit_usd)
@@ -177,7 +177,7 @@ class ClaudeCodeRuntime:
         if req.resume is not None:
             drop_user_settings(config_dir)
         env = {
-            "CLAUDE_CONFIG_DIR": str(config_dir),
+            "CLAUDE_CONFIG_DIR": req.shown(config_dir),
             "CLAUDE_CODE_MAX_RETRIES": str(opts["max_retries"]),
             "API_TIMEOUT_MS": str(int(opts["request_timeout_s"] * 1000)),
             "DISABLE_AUTOUPDATER": "1",
@@ -218,10 +218,13 @@ class ClaudeCodeRuntime:
             report["resumed_from"] = {"session_id": req.resume.session_id,
                                       "session_dir": str(req.resume.session_dir)}
         if stream.session_id:
-            # claude keys its transcripts by the working directory: resumed elsewhere, it finds none
+            # claude keys its transcripts by the working directory: resumed elsewhere, it finds none.
+            # Sandboxed, that is the fixed view's /app (argv.json `view`), not the host workspace
             report["resume"] = {"session_id": stream.session_id, "config_dir": report["config_dir"],
-                                "state_dir": report["config_dir"], "cwd": str(Path(req.workspace).resolve()),
-                                "how": "cd <cwd> && CLAUDE_CONFIG_DIR=<config_dir> claude --resume <session_id>"}
+                                "state_dir": report["config_dir"], "cwd": req.shown(req.workspace),
+                                "workspace": str(Path(req.workspace).resolve()),
+                                "how": "cd <cwd> && CLAUDE_CONFIG_DIR=<config_dir> claude --resume <session_id>, "
+                                       "in a sandbox that shows <workspace> at <cwd> when they differ"}
         parsed.report = report
         return parsed
 

@@ -161,12 +161,15 @@ def distrust_workspace(home: Path, workspace: Path, extra: str = "") -> None:
     write_atomic(home / "config.toml", ("\n".join(lines) + ("\n" + extra if extra else "")).encode())
 
 
-def resume_argv(exe: str, opts: dict, thread_id: str) -> list[str]:
+def resume_argv(exe: str, opts: dict, thread_id: str, sandboxed: bool = False) -> list[str]:
     """`codex exec resume`: the kept thread continued with the same endpoint and model, the next
     prompt on stdin. It takes no -C (run it in the workspace) and no -s: outside sweep's sandbox
-    codex's own stays on (workspace-write)."""
+    codex's own stays on (workspace-write). A sandboxed session's thread names the paths of its
+    fixed view (its rollout under /session/codex-home): it resumes in the same view, in sweep's
+    sandbox, where codex's own is off as in the session."""
+    mode = "danger-full-access" if sandboxed else "workspace-write"
     return [exe, "exec", "resume", "--json", "--skip-git-repo-check", *model_flags(opts),
-            "-c", 'sandbox_mode="workspace-write"', thread_id, "-"]
+            "-c", f'sandbox_mode="{mode}"', thread_id, "-"]
 
 
 def rollout_tool_calls(home: Path) -> TranscriptToolCalls:
@@ -214,10 +217,11 @@ class CodexRuntime:
             raise ConfigError(f"the codex CLI ({opts['binary']!r}) or its native binary is not installed",
                               field="runtime_options.binary", hint=f"npm install -g {PACKAGE}@{PINNED_VERSION}")
         home = home_of(req, files)
-        workspace = str(Path(req.workspace).resolve())
-        env = {"CODEX_HOME": str(home)}
+        # the workspace and CODEX_HOME as the session sees them (the fixed view when sandboxed)
+        workspace = req.shown(req.workspace)
+        env = {"CODEX_HOME": req.shown(home)}
         # the plan's stdio MCP servers (sweep/runtimes/mcp.py): codex's children, in its sandbox
-        mcp_tables, mcp_reads = codex_mcp_tables(opts["mcp_servers"]) if opts.get("mcp_servers") else ("", [])
+        mcp_tables, mcp_reads = codex_mcp_tables(opts["mcp_servers"], req.shown_text) if opts.get("mcp_servers") else ("", [])
         distrust_workspace(home, Path(workspace), mcp_tables)
         if req.wire is not None:
             # the relay holds the key and meters the wire; the custom provider's env_key must be set
@@ -235,7 +239,7 @@ class CodexRuntime:
             strict = files.session_dir / "output_schema.strict.json"
             strict.write_text(json.dumps(strict_schema(role.output_schema), indent=2))
             os.chmod(strict, 0o600)
-            flags += ["--output-schema", str(strict)]
+            flags += ["--output-schema", req.shown(strict)]
             read_paths.append(strict)
         own_sandbox = "read-only" if role.read_only else "workspace-write"
         if req.resume is not None:
@@ -287,9 +291,12 @@ class CodexRuntime:
             parsed.report["resume"] = {"thread_id": stream.thread_id, "session_id": stream.thread_id,
                                        "codex_home": parsed.report["codex_home"],
                                        "state_dir": parsed.report["codex_home"],
-                                       "cwd": str(Path(req.workspace).resolve()),
-                                       "argv": resume_argv(exe, opts, stream.thread_id),
-                                       "how": "CODEX_HOME=<codex_home> <argv> in <cwd>, the next prompt on stdin"}
+                                       "cwd": req.shown(req.workspace), "workspace": str(Path(req.workspace).resolve()),
+                                       "sandbox_codex_home": req.shown(home_of(req, files)),
+                                       "argv": resume_argv(exe, opts, stream.thread_id, sandboxed=bool(req.view)),
+                                       "how": "CODEX_HOME=<codex_home> <argv> in <cwd>, the next prompt on stdin; "
+                                              "in a sandbox that shows <workspace> at <cwd> and <codex_home> at "
+                                              "<sandbox_codex_home> when they differ"}
         return parsed
 
 

@@ -163,11 +163,12 @@ class CommandRuntime:
         if _uses(options, "schema_file") and role.output_schema is None:
             raise ConfigError("{schema_file} is only available to judges (roles with an output_schema)",
                               field="runtime_options.argv")
+        # paths as the session sees them (the fixed view when sandboxed: /app, /session/...)
         values = {
-            "prompt_file": str(files.prompt),
-            "instructions_file": str(files.instructions),
-            "schema_file": str(files.output_schema),
-            "workspace": str(Path(req.workspace).resolve()),
+            "prompt_file": req.shown(files.prompt),
+            "instructions_file": req.shown(files.instructions),
+            "schema_file": req.shown(files.output_schema),
+            "workspace": req.shown(req.workspace),
             "output_file": output_path,
             "tools": ",".join(role.tools),
             "max_turns": "" if role.budget.max_turns is None else str(role.budget.max_turns),

@@ -39,6 +39,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
@@ -266,9 +267,18 @@ def stdio_servers(servers: dict) -> list[StdioServer]:
     return out
 
 
-def write_mcp_config(servers: dict, path: Path) -> list[Path]:
+def _as_shown(started: list[StdioServer], shown: Callable[[str], str] | None) -> list[StdioServer]:
+    """The servers' arguments and variables as the sandbox shows the host paths they name
+    (`shown`: the session's fixed view; the reads stay host paths, bound where the view puts them)."""
+    if shown is None:
+        return started
+    return [StdioServer(s.name, s.program, [shown(a) for a in s.args], {k: shown(v) for k, v in s.env.items()},
+                        s.tools, s.reads) for s in started]
+
+
+def write_mcp_config(servers: dict, path: Path, shown: Callable[[str], str] | None = None) -> list[Path]:
     """Write claude's `--mcp-config` file (0600) and return the host paths the servers must read."""
-    started = stdio_servers(servers)
+    started = _as_shown(stdio_servers(servers), shown)
     config: dict[str, dict] = {s.name: {"type": "stdio", "command": s.program, "args": s.args, "env": s.env}
                                for s in started}
     for name, server in servers.items():
@@ -278,7 +288,7 @@ def write_mcp_config(servers: dict, path: Path) -> list[Path]:
     return [p for s in started for p in s.reads]
 
 
-def codex_mcp_tables(servers: dict) -> tuple[str, list[Path]]:
+def codex_mcp_tables(servers: dict, shown: Callable[[str], str] | None = None) -> tuple[str, list[Path]]:
     """codex's `[mcp_servers.<name>]` tables for CODEX_HOME/config.toml, and the host paths the
     servers must read. `enabled_tools` offers the model only the declared tools (measured, 0.171.0:
     an undeclared one is not in the request's tools and a call of it is "unsupported"); `required`
@@ -286,7 +296,7 @@ def codex_mcp_tables(servers: dict) -> tuple[str, list[Path]]:
     without it."""
     def q(text: str) -> str:
         return json.dumps(text)             # a JSON string is a TOML basic string
-    started = stdio_servers(servers)
+    started = _as_shown(stdio_servers(servers), shown)
     tables = []
     for s in started:
         env = ", ".join(f"{q(k)} = {q(v)}" for k, v in s.env.items())

@@ -44,21 +44,27 @@ class OracleRuntime:
             raise ConfigError(f"the oracle runtime takes no options (got {sorted(options)})",
                               field="runtime_options")
 
-    def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
-        workspace = Path(req.workspace).resolve()
-        argv = [sys.executable, "-P", "-s", "-m", "sweep.runtimes.oracle_agent", req.role.name,
-                "--inputs", str(files.inputs), "--workspace", str(workspace), "--output", output_path]
-        # sweep's packages one by one, never the checkout they live in: a campaign or a key file
-        # next to the code (./sweep-demo, a checkout's .cache) stays out of the sandbox
-        read_paths = [files.inputs, *PACKAGES, Path(sys.prefix), Path(sys.base_prefix)]
-        inputs = req.inputs or {}
+    def input_paths(self, inputs: dict) -> dict[str, Path]:
+        """The host paths among the inputs this runtime reads (bound read-only; a sandboxed session
+        sees each at /inputs/<name> unless it lies in the workspace: sweep/runtimes/session.py)."""
+        out: dict[str, Path] = {}
         source = inputs.get("source")
         if isinstance(source, dict) and isinstance(source.get("repo"), str) and source["repo"].startswith("/"):
-            read_paths.append(Path(source["repo"]))
+            out["source-repo"] = Path(source["repo"])
         for key in ("bundle_dir", "reference_solution"):
             value = inputs.get(key)
             if isinstance(value, str) and value.startswith("/"):
-                read_paths.append(Path(value))
+                out[key.replace("_", "-")] = Path(value)
+        return out
+
+    def build_invocation(self, req: SessionRequest, files: SessionFiles, output_path: str) -> Invocation:
+        # every path as the session sees it (req.shown: the fixed view when sandboxed)
+        argv = [sys.executable, "-P", "-s", "-m", "sweep.runtimes.oracle_agent", req.role.name,
+                "--inputs", req.shown(files.inputs), "--workspace", req.shown(req.workspace), "--output", output_path]
+        # sweep's packages one by one, never the checkout they live in: a campaign or a key file
+        # next to the code (./sweep-demo, a checkout's .cache) stays out of the sandbox
+        read_paths = [files.inputs, *PACKAGES, Path(sys.prefix), Path(sys.base_prefix)]
+        read_paths += list(self.input_paths(req.inputs or {}).values())
         # The child must import sweep from this installation, not from anything in the workspace
         # (-P keeps the working directory off sys.path).
         env = {"PYTHONPATH": str(PROJECT_ROOT), "PYTHONDONTWRITEBYTECODE": "1"}

@@ -9,7 +9,10 @@ Order of work, and why:
    0600 in a 0700 directory, none holding a secret value. argv.json is written before launch so a
    crash mid-session still leaves what was run.
 3. Snapshot the workspace and copy every out-of-scope path aside (the pre-session copy).
-4. Run through the provider: only the scope's bind roots writable (nothing for read-only roles),
+4. Run through the provider, in a fixed view when it sandboxes the session (`session_view`: the
+   workspace at /app, the session's files at /session, a runtime's input paths at /inputs/<name>;
+   inputs.json, the prompt and the runtime's argv and environment name those paths, never the
+   host's): only the scope's bind roots writable (nothing for read-only roles),
    the key family's variables and the secrets in the environment, the walltime from the budget.
    Structured output comes back through an inherited descriptor, not a writable mount.
 5. Audit: diff the workspace; out-of-scope changes fail the session and are reverted from the
@@ -21,6 +24,7 @@ changes in the workspace): a controller resuming must not reuse that workspace w
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import time
@@ -33,7 +37,7 @@ from roles.manifests import manifest_sha256
 from runstate.errors import ConfigError
 from runstate.files import make_private_dir, write_atomic
 from sweep.providers import audit
-from sweep.execution import DEFAULT_LIMITS, ExecResult, ExecSpec, FromEnv, read_secret
+from sweep.execution import DEFAULT_LIMITS, ExecResult, ExecSpec, FromEnv, read_secret, view_path
 from sweep.redact import Redactor
 from sweep.tree import walk_tree
 from sweep.runtimes.base import Invocation, Parsed, SessionFiles, SessionRequest, SessionResult, sane_cost, sane_turns
@@ -45,6 +49,12 @@ from sweep.runtimes.wire import open_wire, refuse_key_in_sandbox
 
 EVIDENCE_LIMIT = 500
 MAX_LISTED_PATHS = 1000
+# Where a sandboxed session sees its paths (`session_view`), whatever the campaign's path: the
+# workspace at the task container's WORKDIR (a trial's repository is there too), the session's
+# own files (prompt, instructions, inputs, the CLIs' config dirs) and the inputs a runtime names.
+SANDBOX_WORKSPACE = "/app"
+SANDBOX_SESSION_DIR = "/session"
+SANDBOX_INPUTS = "/inputs"
 
 
 def _is_within(path: Path, root: Path) -> bool:
@@ -159,13 +169,13 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     """Run one role session through `provider`; see the module docstring for the guarantees."""
     from sweep.runtimes import get_runtime
 
-    started_wall = time.time()
-    started = time.monotonic()
+    started_wall, started = time.time(), time.monotonic()
     workspace, session_dir, secrets = _preflight(req)
     runtime = get_runtime(req.runtime)
     # a model key where no relay reaches (a remote sandbox): refused, unless the plan accepts it
     key_in_sandbox = refuse_key_in_sandbox(req, runtime, provider, req.runtime_options or {})
     role = req.role
+    req.view = session_view(req, runtime, provider, workspace, session_dir)
     scope = list(role.scope)
 
     make_private_dir(session_dir)
@@ -237,16 +247,66 @@ def run_session(req: SessionRequest, provider) -> SessionResult:
     return result
 
 
+def session_view(req: SessionRequest, runtime, provider, workspace: Path,
+                 session_dir: Path) -> tuple[tuple[Path, str], ...]:
+    """Where a sandboxed session sees its host paths: the workspace at /app, the session directory
+    at /session (a resumed session's earlier CLI state at /session/<its name>, as it was shown to
+    that session), each input path the runtime binds (`input_paths`: the oracle's source
+    repository, reference solution) at /inputs/<name>. Empty when nothing sandboxes the session (isolation
+    none, and remote providers, whose sandboxes have paths of their own)."""
+    if getattr(provider, "isolation", None) != "bwrap":
+        return ()
+    view = [(workspace, SANDBOX_WORKSPACE), (session_dir, SANDBOX_SESSION_DIR)]
+    if req.resume is not None:
+        # the earlier session's CLI state, where that session saw it (its thread names the path)
+        state = Path(req.resume.state_dir).resolve()
+        if not _is_within(state, session_dir):
+            view.append((state, f"{SANDBOX_SESSION_DIR}/{state.name}"))
+    named = getattr(runtime, "input_paths", None)
+    for name, path in (named(req.inputs or {}) if named is not None else {}).items():
+        host = Path(path).resolve()
+        if not any(_is_within(host, root) or _is_within(root, host) for root, _ in view):
+            view.append((host, f"{SANDBOX_INPUTS}/{name}"))
+    return tuple(view)
+
+
+def _shown_text(text: str, view: tuple[tuple[Path, str], ...]) -> str:
+    """`text` with every view directory it names replaced by where the sandbox shows it."""
+    for host, shown in sorted(view, key=lambda v: -len(str(v[0]))):
+        text = text.replace(str(host), shown)
+    return text
+
+
+def _shown_obj(obj: Any, view: tuple[tuple[Path, str], ...]) -> Any:
+    """`obj` (JSON-able inputs) with the host paths it names as the sandbox shows them."""
+    if isinstance(obj, str) and obj.startswith("/") and "\n" not in obj:
+        try:
+            real = os.path.realpath(obj)
+        except (OSError, ValueError):
+            real = obj
+        shown = view_path(real, view)
+        if shown != real:
+            return shown
+    if isinstance(obj, str):
+        return _shown_text(obj, view)
+    if isinstance(obj, dict):
+        return {k: _shown_obj(v, view) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_shown_obj(v, view) for v in obj]
+    return obj
+
+
 def _write_inputs(req: SessionRequest, files: SessionFiles, redactor: Redactor, workspace: Path) -> list[Path]:
     """prompt.md, instructions.md, output_schema.json (judges) and inputs.json, and the workspace's
     writable roots (made before the snapshot: a bind target must exist)."""
     role = req.role
-    # the prompt and inputs carry text from the PR and from earlier roles: no secret is handed on
-    write_atomic(files.prompt, redactor.scrub(req.prompt).encode())
+    # the prompt and inputs carry text from the PR and from earlier roles: no secret is handed on,
+    # and the paths they name are the sandbox's (req.view), never the host's
+    write_atomic(files.prompt, redactor.scrub(_shown_text(req.prompt, req.view)).encode())
     write_atomic(files.instructions, role.instructions.encode())
     if role.output_schema is not None:
         write_atomic(files.output_schema, _dump(role.output_schema))
-    write_atomic(files.inputs, _dump(redactor.scrub_obj(req.inputs)))
+    write_atomic(files.inputs, _dump(redactor.scrub_obj(_shown_obj(req.inputs, req.view))))
     write_roots = []
     for root in bind_roots(list(role.scope)):
         target = workspace / root if root else workspace
@@ -314,6 +374,7 @@ def _launch_record(req: SessionRequest, launch: _Launch, workspace: Path, write_
                  "credential": relay.credential.variable if relay.credential else None,
                  "limit_usd": relay.limit_usd} if relay is not None else None,
         "walltime_s": req.role.budget.walltime_s,
+        "view": [[str(host), shown] for host, shown in req.view],
     })
 
 
@@ -331,7 +392,7 @@ def _exec_spec(req: SessionRequest, launch: _Launch, workspace: Path, write_root
         pass_fds=(channel.fd,), stdin_path=invocation.stdin_path,
         idle_timeout_s=invocation.idle_timeout_s,
         stdout_watch=launch.fault.feed if launch.fault is not None else invocation.stdout_watch,
-        stop_poll=launch.fault.due if launch.fault is not None else None)
+        stop_poll=launch.fault.due if launch.fault is not None else None, view=req.view)
 
 
 def _close_session(provider, channel, relay, redactor: Redactor, files: SessionFiles, state_paths: list[Path]) -> None:

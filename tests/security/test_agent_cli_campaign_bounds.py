@@ -19,7 +19,7 @@ bound lifted (test_agent_cli_bounds.py runs it in a single session); it is not r
 from __future__ import annotations
 
 import json
-import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -50,21 +50,32 @@ LIMITS = {"memory_mb": 1024, "processes": 160, "file_mb": 64, "workspace_mb": 10
           "tmp_mb": 64}
 # the rollout's `detail` in the solve evidence: the session's reason; ok sessions are scored
 REASONS = {attack: EXPECTED[attack] for attack in ("memory", "fork", "disk", "fifo")}
-_ROLLOUT = re.compile(r"solve-r\d{4}-(\d+)")
 
 
-def _rollout(text_: str) -> int:
-    m = _ROLLOUT.search(text_)
-    assert m, "the solver's working directory names no rollout"
-    return int(m.group(1))
+class Rollouts:
+    """Which rollout a request belongs to. The solver's working directory is the sandbox's /app in
+    every rollout (its fixed view), so the fake server counts: the rollouts run one after another,
+    and each session's first request is its step 0."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.lock = threading.Lock()
+
+    def of(self, n: int) -> int:
+        with self.lock:
+            if n == 0:
+                self.started += 1
+            return self.started - 1
 
 
 def claude_solver(src: dict) -> Script:
     honest = solver_script(src)
     assert honest.dynamic is not None
 
+    rollouts = Rollouts()
+
     def step(request: dict, n: int) -> dict:
-        attack = ROLLOUTS[_rollout(request["cwd"] or "")]
+        attack = ROLLOUTS[rollouts.of(n)]
         if attack is None:
             return honest.dynamic(request, n)
         if n == 0:
@@ -77,8 +88,10 @@ def claude_solver(src: dict) -> Script:
 def codex_solver(src: dict) -> CodexScript:
     honest = codex_solver_script(src)
 
+    rollouts = Rollouts()
+
     def step(request: dict, n: int) -> dict:
-        attack = ROLLOUTS[_rollout(json.dumps(request["input"]))]
+        attack = ROLLOUTS[rollouts.of(n)]
         if attack is None:
             return honest.steps[n] if n < len(honest.steps) else say("done")
         if n == 0:

@@ -108,7 +108,9 @@ ATTACKS = json.loads(sys.argv[2])
 ROLLOUTS = json.loads(sys.argv[3])
 workspace = sys.argv[1]
 os.chdir(workspace)                                  # the attacks write under repo/
-k = int(re.search(r"solve-r[0-9]{4}-([0-9]+)", workspace).group(1))
+# the rollout (a different attack each): the session sees its workspace at /app, whatever the
+# run; only the mount table's source column names the host directory (docs/security.md)
+k = int(re.search(r"solve-r[0-9]{4}-([0-9]+)", open("/proc/self/mountinfo").read()).group(1))
 exec(ATTACKS[ROLLOUTS[k]], {})
 '''
 

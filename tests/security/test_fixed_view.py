@@ -1,7 +1,8 @@
 """A fixed view (issue 21, item 7): the PR's test code, run by every gate trial in the real sandbox
 (local backend, bubblewrap, campaign outside /tmp), checks where it is, its environment, what `/`
 and the mount table's mount points hold: the repository at /app (the task container's WORKDIR),
-its tests at /tests and logs at /logs, and neither the campaign's path nor the run id (the mount
+its tests at /tests and logs at /logs, and neither the campaign's path nor the run id, not even in
+the command line of the sandbox's pid 1 (bwrap's, which names every bind's source; the mount
 table's source column still names a bind's source: docs/security.md). The run
 ends verified as the same PR without the probe does, and the exported dataset names no absolute
 path of the host (not the campaign, not the plan's repository, not sweep's private copy)."""
@@ -27,7 +28,10 @@ HIDDEN = [bytes.fromhex(h).decode() for h in %r]
 
 def seen():
     mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
-    return {"cwd": os.getcwd(), "env": dict(os.environ), "root": sorted(os.listdir("/")), "mounts": mounts}
+    # bwrap is the sandbox's pid 1: its command line (the binds' host paths) must not be readable
+    pid1 = open("/proc/1/cmdline", "rb").read().decode(errors="replace")
+    return {"cwd": os.getcwd(), "env": dict(os.environ), "root": sorted(os.listdir("/")), "mounts": mounts,
+            "pid1": pid1}
 
 
 class ViewTest(unittest.TestCase):
@@ -70,3 +74,7 @@ def test_a_trial_sees_a_fixed_view_and_the_export_names_no_host_path(targets):
     bundle_toml = (camp / "runs" / RUN_ID / "task" / "task.toml").read_text()
     assert f'source_repo = "mathx@{src["base"]}..{src["head"]}"' in bundle_toml, bundle_toml
     assert (out / RUN_ID / "task.toml").is_file()
+    # the export's metadata names the PR by the plan's repository name and commits, never a path
+    (line,) = [json.loads(t) for t in (out / "tasks.jsonl").read_text().splitlines() if t.strip()]
+    named = f'mathx@{src["base"]}..{src["head"]}'
+    assert (line["source_pr"], line["source_repo"]) == (named, "mathx"), line

@@ -84,7 +84,9 @@ def test_an_authors_verifier_and_a_pr_forged_report_fail_their_gates(targets):
 FORGING_SOLVER = '''import json, os, re, sys
 workspace = sys.argv[1]
 fixed = json.loads(sys.argv[2])
-k = int(re.search(r"solve-r[0-9]{4}-([0-9]+)", workspace).group(1))
+# the rollout (a different attack each): the session sees its workspace at /app, whatever the
+# run; only the mount table's source column names the host directory (docs/security.md)
+k = int(re.search(r"solve-r[0-9]{4}-([0-9]+)", open("/proc/self/mountinfo").read()).group(1))
 repo = os.path.join(workspace, "repo")
 FORGE = """import json, os
 logs = os.path.join(os.environ.get("LOGS_DIR", "/logs"), "verifier")

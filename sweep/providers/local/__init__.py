@@ -178,9 +178,10 @@ class LocalProvider:
         return exe
 
     def _sandboxed(self, spec: ExecSpec, cwd: Path, argv: list[str], env: dict[str, str], mode: str,
-                   endpoints: list[Endpoint], held: _Held) -> tuple[list[str], dict[str, str]]:
-        """The bwrap command line for argv and the environment as the sandbox shows it; the api
-        relay and the view's data descriptors are recorded in `held` as soon as they exist."""
+                   endpoints: list[Endpoint], held: _Held) -> tuple[list[str], list[str], dict[str, str]]:
+        """The bwrap command line for argv (as recorded, and as launched: its options through a
+        descriptor) and the environment as the sandbox shows it; the api relay and the view's data
+        descriptors are recorded in `held` as soon as they exist."""
         exe = argv[0]
         view = SandboxView(spec, extra_read=(Path(exe), Path(os.path.realpath(exe))),
                            tmp_bytes=spec.limits.tmp_bytes or DEFAULT_TMP_BYTES,
@@ -199,7 +200,14 @@ class LocalProvider:
         full = bwrap_argv(self._bwrap, shown_cwd, argv, unshare_net=mode != "host", mounts=mounts,
                           data_args=data_args,
                           caps=("CAP_NET_BIND_SERVICE", "CAP_SETPCAP") if endpoints else ())
-        return full, env
+        # bwrap stays the sandbox's pid 1, and its command line is readable there (/proc/1/cmdline):
+        # its options, which name every bind's host path, go through a sealed descriptor instead
+        options = full[1:len(full) - len(argv) - 1]
+        fd = os.memfd_create("sweep-bwrap-args", os.MFD_CLOEXEC)
+        os.write(fd, b"".join(o.encode() + b"\0" for o in options))
+        os.lseek(fd, 0, os.SEEK_SET)
+        held.data_fds.append(fd)
+        return full, [full[0], "--args", str(fd), "--", *argv], env
 
     def _launch(self, spec: ExecSpec, full: list[str], env: dict[str, str], cwd: Path, bounds: Bounds,
                 secrets: list[str], data_fds: list[int], watch: Callable[[], str | None]) -> ProcessOutcome:
@@ -248,10 +256,10 @@ class LocalProvider:
                                   endpoints=[e.text for e in endpoints])
             argv[0] = exe
             if self.isolation == "bwrap":
-                full, env = self._sandboxed(spec, cwd, argv, env, mode, endpoints, held)
+                full, launched, env = self._sandboxed(spec, cwd, argv, env, mode, endpoints, held)
             else:
-                full = argv
-            outcome = self._launch(spec, full, env, cwd, bounds, secrets, held.data_fds, watch_workspace)
+                full = launched = argv
+            outcome = self._launch(spec, launched, env, cwd, bounds, secrets, held.data_fds, watch_workspace)
             limit_hit = workspace_hit[0] if workspace_hit else _limit_hit(outcome, bounds)
         finally:
             bounds.finish()

@@ -12,7 +12,8 @@ everything is mounted) into which only these are bound:
 - the session's declared read paths and the program it runs, read-only;
 - the working directory read-only, and exactly the `write_paths` writable; each at its host path,
   or, under a directory of the spec's fixed view (ExecSpec.view), where the view puts it (a
-  trial's repository at /app, its tests at /tests, its logs at /logs);
+  trial's repository at /app, its tests at /tests, its logs at /logs; a role session's workspace
+  at /app, its session files at /session);
 - a private /tmp (a size-bounded tmpfs, HOME inside it), its own /proc and a minimal /dev.
 Everything else of the host (the campaign, other runs, the operator's home, /root, /run, /var,
 /etc/slurm, munge, key files, host unix sockets) is simply absent: there is nothing to mask.
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from runstate.errors import ProviderError
 from sweep.providers.base import ExecSpec
+from sweep.execution import view_path
 
 SANDBOX_HOME = "/tmp/sweep-home"     # on the sandbox's private tmpfs: writable, gone at exit
 BASE_FLAGS = ("--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
@@ -110,18 +112,6 @@ def _probe_once(exe: str) -> tuple[tuple[str | None, str] | None, str]:
 
 def _depth(path: Path) -> tuple[int, str]:
     return (len(path.parts), str(path))
-
-
-def view_path(text: str, view: tuple[tuple[Path, str], ...]) -> str:
-    """`text` as the sandbox shows it: a host path under a directory of the view (ExecSpec.view)
-    moved to where the view puts it; anything else unchanged."""
-    for host, target in sorted(view, key=lambda v: -len(str(v[0]))):
-        root = str(host).rstrip("/")
-        if text == root:
-            return target
-        if text.startswith(root + "/"):
-            return target.rstrip("/") + text[len(root):]
-    return text
 
 
 @functools.lru_cache(maxsize=1)

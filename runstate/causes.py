@@ -42,7 +42,7 @@ CAUSES: dict[str, CauseInfo] = {
     "weak_tests": CauseInfo("pr", "the tests accept a wrong solution (a mutant or a probe survived)"),
     "probe_focus_missing": CauseInfo("pr", "a required probe focus has no wrong-solution probe that ran"),
     "equivalence_over_bound": CauseInfo("pr", "the reviewer called surviving mutants equivalent beyond what the "
-                                        "plan lets it excuse (quality.max_equivalent_mutants)"),
+                                        "plan lets it excuse (quality.max_equivalent_mutants; a return_constant one never)"),
     # the plan's, for this PR only (not the campaign's set-up: it must not trip the breaker)
     "prepared_probes_stale": CauseInfo("pr", "the plan's prepared probes are bound to another bundle sha256"),
     "duplicate": CauseInfo("pr", "the PR is already verified elsewhere (prior_verified)"),

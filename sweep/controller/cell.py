@@ -23,7 +23,8 @@ from typing import NoReturn
 from runstate.checkpoints import Checkpoint
 from runstate.errors import ConfigError, ProviderError
 from runstate.models import EndReason, Outcome
-from sweep.controller.context import Ctx, Ending, Park, clear_cooldown_after_success
+from sweep.controller.context import AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, provider_park
+from sweep.providers.base import SandboxError
 
 
 def _cell(ctx: Ctx):
@@ -51,6 +52,25 @@ def _if_finished(ctx: Ctx, frozen, manifest, cell) -> None:
         _end(result)
 
 
+def _ids(ctx: Ctx) -> dict:
+    """What a remote sandbox of this cell is tagged with (its receipt names the job that made it)."""
+    return {"campaign_id": ctx.campaign.file.campaign_id, "job_id": ctx.job_id, "attempt": ctx.record.attempts + 1}
+
+
+def _provider_trouble(frozen, exc: SandboxError) -> Exception:
+    """A remote provider's error in a cell's session or verifier run, never the arm's doing and so
+    never scored: an outage or throttle parks the cell under the provider's cooldown, a config error
+    parks it with the reason (as a generation run's, sweep/controller/phases.py `_provider_trouble`),
+    anything else fails the attempt (the cell runs again, unscored)."""
+    name = frozen.plan.provider
+    park = provider_park("solver", name, error_class=exc.error_class, detail=str(exc)[:300])
+    if park is not None:
+        return park
+    if exc.error_class == "config":
+        return Park("solver", "outage", f"configuration error: {name}: {str(exc)[:300]}", provider=name)
+    return AttemptFailed(f"{name} during cell: {str(exc)[:300]}")
+
+
 def cell_solve(ctx: Ctx) -> tuple[str, Checkpoint]:
     from sweep.eval import run
     out = ctx.campaign.dir
@@ -60,13 +80,25 @@ def cell_solve(ctx: Ctx) -> tuple[str, Checkpoint]:
     stopped, rid = run.reserve(out, frozen, cell)
     if stopped:
         raise Ending(Outcome.blocked, EndReason.budget_exhausted, stopped, cause="budget")
-    prepared = run.start_cell(out, frozen, cell, started)
+    try:
+        prepared = run.start_cell(out, frozen, cell, started, _ids(ctx))
+    except SandboxError as exc:
+        run.settle(out, frozen, cell, rid, 0.0)
+        raise _provider_trouble(frozen, exc) from None
+    except ConfigError as exc:          # the provider's settings, or the task's environment/Dockerfile
+        run.settle(out, frozen, cell, rid, 0.0)
+        raise Park("solver", "outage", f"configuration error: {exc}", provider=frozen.plan.provider) from None
     if not isinstance(prepared, run._Ctx):        # the task changed: that is the cell's result
         run.finish_cell(out, frozen, manifest, cell, prepared, rid)
         _end(prepared)
     ctx.event("session_started", phase=ctx.record.phase, detail=f"cell {cell.cell_id}: arm {cell.arm}")
     try:
         solved = run.solve_cell(prepared)
+    except SandboxError as exc:
+        # the remote provider's trouble: the cell is not scored, and runs again from a fresh workspace
+        run.settle(out, frozen, cell, rid, None if not exc.nothing_ran else 0.0)
+        shutil.rmtree(out / "cells" / cell.cell_id / "work", ignore_errors=True)
+        raise _provider_trouble(frozen, exc) from None
     except (ConfigError, ProviderError) as exc:
         # refused before it ran (bad runtime options, a runtime the manifest does not allow, no
         # sandbox): the solver role stops until a human fixes it, as a generation run's session does
@@ -98,6 +130,10 @@ def cell_verify(ctx: Ctx) -> tuple[str, Checkpoint]:
         # the workspace the sessions left is gone: the cell is solved again from a fresh one
         return "cell_solve", Checkpoint.model_validate({"workspace_lost": True})
     solved = run.Solved(dict(cp["sessions"]), bool(cp.get("ok", True)), "")
-    result = run.verify_cell(run.cell_context(out, frozen, cell), frozen, cell, float(cp["started_at"]), solved)
+    try:
+        result = run.verify_cell(run.cell_context(out, frozen, cell, _ids(ctx)), frozen, cell, float(cp["started_at"]),
+                                 solved)
+    except SandboxError as exc:      # the verifier's sandbox: the sessions' work is kept, the verifier runs again
+        raise _provider_trouble(frozen, exc) from None
     run.finish_cell(out, frozen, manifest, cell, result, cp.get("spend_id"))
     _end(result)

@@ -132,11 +132,43 @@ def _check_plan(plan: EvalPlan, plan_path: Path) -> EvalPlan:
     spec = load_manifest(shipped_manifests_dir() / "solver.toml")
     used = {_check_arm(plan, i, arm, spec) for i, arm in enumerate(plan.arms)}
     _preflight_scheduler(plan)
+    _check_provider(plan)
     unused = sorted(set(plan.secrets) - used)
     if unused:
         raise ConfigError(f"no arm's runtime uses the {', '.join(unused)} key family, so its secret would go to "
                           "no session: remove the entry", field=f"secrets.{unused[0]}")
     return plan.model_copy(update={"secrets": resolve_plan_secrets(plan.secrets, plan_path)})
+
+
+def _check_provider(plan: EvalPlan) -> None:
+    """A generation plan's provider rules (sweep/campaign.py `_refuse_key_in_remote_sandbox`): an arm
+    whose session speaks a model API (claude-code, codex, a `command` naming a `protocol`) would
+    hold its key inside the remote sandbox, refused unless `[providers.<name>] agent_key_in_sandbox`
+    accepts it; an opt-in no arm uses, or a `[providers.<name>]` table for a provider the plan does
+    not run on, would have no effect and is refused."""
+    from sweep.runtimes import get_runtime
+    from sweep.runtimes.facts import facts_of
+    from sweep.runtimes.wire import wire_protocol
+    stray = sorted(set(plan.providers) - {plan.provider})
+    if stray:
+        raise ConfigError(f"[providers.{stray[0]}] is set, but the evaluation runs on provider {plan.provider!r}, "
+                          "so it would have no effect", field=f"providers.{stray[0]}", hint="remove it, or set provider")
+    settings = plan.providers.get(plan.provider) if plan.provider != "local" else None
+    keyed = [] if plan.provider == "local" else [
+        arm for arm in plan.arms if not facts_of(arm.runtime).host_only
+        and wire_protocol(get_runtime(arm.runtime), arm_options(arm))[0] is not None]
+    for arm in keyed:
+        if settings is None or not settings.agent_key_in_sandbox:
+            raise ConfigError(f"arm {arm.name}: runtime {arm.runtime} on provider {plan.provider}: its model key "
+                              "would sit inside the remote sandbox, where no relay meters or hides it (the relay "
+                              "cannot be reached from a remote sandbox)",
+                              field=f"providers.{plan.provider}.agent_key_in_sandbox",
+                              hint=f"set [providers.{plan.provider}] agent_key_in_sandbox = true to accept that "
+                                   "knowingly (the cost is then self-reported), or provider = \"local\"")
+    if settings is not None and settings.agent_key_in_sandbox and not keyed:
+        raise ConfigError(f"agent_key_in_sandbox is set for {plan.provider}, but no arm runs an agent session "
+                          f"there, so no session would hold a key in it",
+                          field=f"providers.{plan.provider}.agent_key_in_sandbox", hint="remove it")
 
 
 def _preflight_scheduler(plan: EvalPlan) -> None:

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sweep.models.plan import NAME_RE as CAMPAIGN_NAME_RE
 from sweep.models.lanes import SchedulerSettings
-from sweep.models.plan import LimitSettings, SecretSource, Strict, check_secret_families
+from sweep.models.plan import LimitSettings, ProviderSettings, SecretSource, Strict, check_secret_families
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 SESSION_FAMILIES = ("anthropic", "openai")      # the key families a solver session can be given
@@ -100,6 +100,11 @@ class EvalPlan(Strict):
     # and how they are submitted: the backend, its lanes)
     max_parallel: int = Field(default=2, ge=1, le=100_000)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    # where the cells' solver sessions and verifier runs happen, as a generation candidate's `provider`
+    # and the plan's [providers.<name>] (docs/providers.md): on a remote provider, in a sandbox from
+    # the task's environment/Dockerfile image (sweep/eval/run.py `cell_context`)
+    provider: Literal["local", "daytona", "modal"] = "local"
+    providers: dict[Literal["daytona", "modal"], ProviderSettings] = Field(default_factory=dict)
     # injected interruptions of chosen cells (checked against the manifest at init: check_faults)
     faults: list[Fault] = Field(default_factory=list, max_length=1000)
 

@@ -120,6 +120,7 @@ class _Ctx:
     base_prompt: str
     secrets: dict
     fault_after: int | None = None      # the plan's fault: interrupt the first session after N tool calls
+    verifier: Any = None                # where the verifier runs (None: the sessions' provider)
 
 
 def _session(ctx: _Ctx, n: int, kind: str, prompt: str, cost_limit: float | None, *, resume: Any = None,
@@ -153,7 +154,7 @@ def _resume_from(ctx: _Ctx, sessions: list[Any]) -> tuple[Any, str | None]:
 def _verify(ctx: _Ctx, name: str) -> Any:
     """The task's verifier on a copy of the repository the sessions left (the workspace is untouched)."""
     from sweep.harbor.trial import bundle_harness, run_trial
-    return run_trial(ctx.task, ctx.cdir / "work" / "ws" / "repo", provider=ctx.provider,
+    return run_trial(ctx.task, ctx.cdir / "work" / "ws" / "repo", provider=ctx.verifier or ctx.provider,
                      workdir=ctx.cdir / "work" / name, timeout_s=TRIAL_TIMEOUT_S, limits=ctx.limits.to_limits(),
                      harness=bundle_harness(ctx.task))
 
@@ -280,24 +281,55 @@ def _provenance(sessions: list[Any]) -> dict[str, Any]:
             "metered_cost_usd": _total(metered) if all(isinstance(m, (int, float)) for m in metered) else None}
 
 
-def cell_context(out: Path, frozen: Frozen, cell: Cell) -> _Ctx:
+def _providers(out: Path, frozen: Frozen, cell: Cell, task: Path, arm: Arm, ids: dict | None) -> tuple[Any, Any]:
+    """(where the cell's sessions run, where its verifier runs). Local: this host, both. A remote
+    provider, as a generation run's solve phase (sweep/controller/phases.py `_session_provider`,
+    `_trial_provider`): a sandbox from the task's environment/Dockerfile image per command, the
+    agent CLI's install layer added for a session's (a runtime that runs sweep's own code, host_only,
+    stays here); receipts in the cell's run directory, so reconcile and the tick find what a dead
+    controller left. `ids`: the controller's (campaign_id, job_id, attempt) for the sandboxes' tags."""
+    from runstate.runs import run_dir
+    from sweep.providers import get_provider, get_sandbox_provider
+    from sweep.providers.container import ContainerRunner
+    from sweep.runtimes.facts import facts_of
+    plan = frozen.plan
+    local = get_provider("local", isolation=plan.isolation)
+    if plan.provider == "local":
+        return local, local
+    settings = plan.providers.get(plan.provider)
+    sandboxes = get_sandbox_provider(plan.provider, **(settings.options() if settings else {}))
+    tags: dict[str, Any] = ids or {"campaign_id": "eval", "job_id": "none", "attempt": 1}
+
+    def runner(role: str, agent_cli: str | None) -> ContainerRunner:
+        return ContainerRunner(sandboxes, environment_dir=task / "environment", run_dir=out / "cells" / cell.cell_id,
+                               campaign_id=tags["campaign_id"], run_id=cell.cell_id, job_id=tags["job_id"],
+                               role=role, attempt=tags["attempt"], agent_cli=agent_cli,
+                               receipts_dir=run_dir(out, cell.cell_id),
+                               agent_key_in_sandbox=bool(settings and settings.agent_key_in_sandbox))
+    facts = facts_of(arm.runtime)
+    session = local if facts.host_only else runner("solver", facts.cli.npm_spec if facts.cli else None)
+    return session, runner("verifier", None)
+
+
+def cell_context(out: Path, frozen: Frozen, cell: Cell, ids: dict | None = None) -> _Ctx:
     """What the cell's sessions and verifier runs share (the workspace untouched)."""
     from roles import load_manifest
     from sweep.credentials import session_secrets
     from sweep.harbor import layout
-    from sweep.providers import get_provider
     arm = _arm(frozen, cell)
     task = Path(frozen.dataset_dir) / cell.task_id
     spec = arm_spec(load_manifest(out / "roles" / "solver.toml"), arm)
     family = arm_family(spec, arm)
     instruction = (task / layout.INSTRUCTION).read_text(errors="replace")
-    return _Ctx(out / "cells" / cell.cell_id, task, arm, spec, get_provider("local", isolation=frozen.plan.isolation),
+    session, verifier = _providers(out, frozen, cell, task, arm, ids)
+    return _Ctx(out / "cells" / cell.cell_id, task, arm, spec, session,
                 frozen.plan.limits, frozen.solver_manifest_sha256,
                 instruction + (f"\n\n{arm.instructions}" if arm.instructions else ""),
-                session_secrets(frozen.plan, family) if family is not None else {}, fault_for(frozen.plan, cell))
+                session_secrets(frozen.plan, family) if family is not None else {}, fault_for(frozen.plan, cell),
+                verifier)
 
 
-def start_cell(out: Path, frozen: Frozen, cell: Cell, started: float) -> _Ctx | CellResult:
+def start_cell(out: Path, frozen: Frozen, cell: Cell, started: float, ids: dict | None = None) -> _Ctx | CellResult:
     """The task checked against the digest the manifest froze (a changed one is the cell's result,
     with no reward), and a fresh workspace holding only its starting repository."""
     from sweep.harbor import layout
@@ -311,7 +343,7 @@ def start_cell(out: Path, frozen: Frozen, cell: Cell, started: float) -> _Ctx | 
     shutil.rmtree(cdir / "work", ignore_errors=True)          # what a killed controller left
     shutil.rmtree(cdir / "sessions", ignore_errors=True)
     copy_tree(task / layout.ENV_REPO, cdir / "work" / "ws" / "repo")
-    return cell_context(out, frozen, cell)
+    return cell_context(out, frozen, cell, ids)
 
 
 @dataclass

@@ -31,7 +31,8 @@ def settings_of(plan: EvalPlan, n_cells: int) -> PlanSettings:
     """The settings the tick and the controllers read: the evaluation's, in a generation plan's
     fields. Every cell that ends has its result (target_verified: all of them)."""
     return PlanSettings(name=plan.name, target_verified=n_cells, max_parallel=plan.max_parallel,
-                        scheduler=plan.scheduler, isolation=plan.isolation, limits=plan.limits, secrets=plan.secrets)
+                        scheduler=plan.scheduler, isolation=plan.isolation, limits=plan.limits, secrets=plan.secrets,
+                        providers=plan.providers)
 
 
 def write_campaign(staging: Path, final: Path, plan: EvalPlan, manifest: Manifest) -> None:

@@ -48,11 +48,15 @@ class ContainerRunner:
 
     def __init__(self, sandboxes, *, environment_dir: Path, run_dir: Path, campaign_id: str, run_id: str,
                  job_id: str, role: str, attempt: int, agent_cli: str | None = None, cpu: float = 1.0,
-                 memory_mb: int = 2048, agent_key_in_sandbox: bool = False) -> None:
+                 memory_mb: int = 2048, agent_key_in_sandbox: bool = False,
+                 receipts_dir: Path | None = None) -> None:
         from sweep.providers.image import image_spec
         self.sandboxes = sandboxes
         self.name = sandboxes.name
         self.run_dir = Path(run_dir).resolve()
+        # where the sandboxes' receipts go (a run directory, `runs/<run>`, so reconcile finds them):
+        # the run directory itself, unless what is shipped lives elsewhere (an evaluation cell's)
+        self.receipts_dir = Path(receipts_dir).resolve() if receipts_dir is not None else self.run_dir
         self.dockerfile = Path(environment_dir) / "Dockerfile"
         self.image = image_spec(environment_dir, agent_cli=agent_cli)     # a bad Dockerfile fails here
         self.ids = dict(campaign_id=campaign_id, run_id=run_id, job_id=job_id, role=role, attempt=attempt)
@@ -138,8 +142,23 @@ class ContainerRunner:
             shutil.rmtree(stage, ignore_errors=True)
             shutil.rmtree(back, ignore_errors=True)
 
+    def _viewed(self, spec: ExecSpec, argv: list[str]) -> list[str]:
+        """argv behind the spec's fixed view (ExecSpec.view: a trial's repository at /app, its tests,
+        solution and logs at /tests, /solution, /logs, as a Harbor task container shows them): each
+        view path a link to where its directory was shipped, made in the sandbox before the command
+        runs. The paths are arguments, never shell text."""
+        pairs: list[str] = []
+        for host, target in spec.view:
+            rel = self._rel(Path(host))
+            if rel is not None and Path(host).exists() and target.startswith("/") and target.count("/") == 1:
+                pairs += [f"{REMOTE_ROOT}/{rel}", target]
+        if not pairs:
+            return argv
+        link = 'while [ "$1" != -- ]; do rm -rf -- "$2" && ln -s -- "$1" "$2" || exit 125; shift 2; done; shift; exec "$@"'
+        return ["bash", "-c", link, "sweep-view", *pairs, "--", *argv]
+
     def _in_sandbox(self, spec: ExecSpec, stage: Path, back: Path, started: float) -> ExecResult:
-        argv = [self._rewrite(a) for a in spec.argv]
+        argv = self._viewed(spec, [self._rewrite(a) for a in spec.argv])
         env = {k: self._rewrite(v) for k, v in spec.env.items()}
         for name in spec.env_passthrough:
             if name in os.environ:
@@ -158,7 +177,7 @@ class ContainerRunner:
                               idle_timeout_s=int(math.ceil(spec.timeout_s)) + 900, agent_cli=self.agent_cli,
                               network_block_all=network == "none" or (network == "api" and not allow),
                               network_allow=allow)
-        handle = create_with_receipt(self.sandboxes, sandbox, self.run_dir,
+        handle = create_with_receipt(self.sandboxes, sandbox, self.receipts_dir,
                                      getattr(self.sandboxes, "receipt_options", None))
         self.handles.append(handle.image)
         self.network_policies.append({"network": network, "endpoints": list(spec.endpoints),
@@ -178,7 +197,7 @@ class ContainerRunner:
             except ExtractRefused as exc:
                 refused = exc
         finally:
-            terminate_with_receipt(self.sandboxes, handle, self.run_dir)
+            terminate_with_receipt(self.sandboxes, handle, self.receipts_dir)
         if refused is not None:
             # nothing of the sandbox is copied back: the write paths stay as they were
             return ExecResult(rc=None, timed_out=False, duration_s=time.monotonic() - started, stdout_tail="",

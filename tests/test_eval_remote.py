@@ -96,6 +96,8 @@ def test_cells_run_in_the_tasks_image_on_daytona_and_score_as_the_arms_imply(tmp
         kinds = {json.loads(p.read_text())["tags"]["sweep.role"] for p in receipts}
         assert kinds == {"solver", "verifier"}, (cid, kinds)
         assert all(json.loads(p.read_text())["state"] == "terminated" for p in receipts)
+    trial = json.loads(next((camp / "jobs").glob("*/*/result.json")).read_text())
+    assert trial["config"]["environment"]["import_path"] == "sweep.providers.daytona", trial["config"]
     report = json.loads(sweep("eval", "report", "--campaign", str(camp), "--json").stdout)
     rates = {a["arm"]: a["pass_rate"] for a in report["arms"]}
     assert rates == {"oracle": 1.0, "nop": 0.0}, report["arms"]

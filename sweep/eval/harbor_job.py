@@ -51,7 +51,10 @@ def _source(frozen: Frozen) -> str:
 
 
 def _environment(frozen: Frozen) -> dict[str, Any]:
-    # not a Harbor environment type: sweep's local backend ran the session and the verifier
+    # not a Harbor environment type: sweep's provider ran the session and the verifier (on a remote
+    # one, in sandboxes from the task's image: sweep/providers/container.py)
+    if frozen.plan.provider != "local":
+        return {"import_path": f"sweep.providers.{frozen.plan.provider}", "kwargs": {"image": "the task's Dockerfile"}}
     return {"import_path": "sweep.providers.local", "kwargs": {"isolation": frozen.plan.isolation}}
 
 

@@ -297,3 +297,50 @@ def test_masking_per_language():
     assert "<" not in mask_code("let c = '<'; // <", "rust")
     assert mask_code("fn f<'a>(x: &'a str)", "rust") == "fn f<'a>(x: &'a str)"
     assert "<" not in mask_code("s = `a < ${b}` /* < */", "javascript")
+
+
+# One-input tests per language (the lines a PR adds to its test file): their literals are tried as the
+# returned constant, so the hard-coded answer of the one input the test checks is a mutant.
+ONE_INPUT_TESTS = {
+    "python": ("tests/test_helpers.py", "    def test_max(self):\n        self.assertEqual(Max(4, 7), 7)  # not 99\n"),
+    "go": ("calc/max_test.go", 'func TestMax(t *testing.T) {\n\tif got := Max(4, 7); got != 7 {\n'
+           '\t\tt.Errorf("Max(4, 7) = %d", got) // 99\n\t}\n}\n'),
+    "rust": ("tests/clamp.rs", "#[test]\nfn above() {\n    assert_eq!(clamp(42, 0, 7), 7); /* 99 */\n}\n"),
+    "javascript": ("test/within.test.js", "test('above', () => {\n  expect(within(-3, 0, 7)).toBe(7); // 99\n});\n"),
+    "java": ("src/RangeTest.java", "    @Test void size() {\n        assertEquals(7, Range.size(-3, 3), \"size 99\");\n"
+             "    }\n"),
+}
+LITERALS = {"python": ["4", "7"], "go": ["4", "7", '"Max(4, 7) = %d"'], "rust": ["42", "0", "7"],
+            "javascript": ['"above"', "-3", "0", "7"], "java": ["7", "-3", "3", '"size 99"']}
+FIRST_RETURN = {"python": "return 4", "go": "return 4", "rust": "return 42;", "javascript": 'return "above"',
+                "java": "return 7;"}
+
+
+@pytest.mark.parametrize("language", sorted(CASES))
+def test_the_literals_of_the_prs_tests_become_returned_constants_first(tmp_path, language):
+    from sweep.quality.mutants import test_literals
+    literals = test_literals([ONE_INPUT_TESTS[language]])
+    # numbers and strings of code only (never one in a comment), a sign kept, strings double-quoted
+    assert literals == LITERALS[language]
+    base, patch = commit_pair(tmp_path, *CASES[language])
+    plain = [m for m in derive_mutants(patch) if m.kind == "return_constant"]
+    with_tests = [m for m in derive_mutants(patch, literals=literals) if m.kind == "return_constant"]
+    literal_ones = [m for m in with_tests if "a literal of the PR's tests" in m.description]
+    assert literal_ones and with_tests[:len(literal_ones)] == literal_ones    # taken first within the kind
+    assert {m.patch for m in plain} <= {m.patch for m in with_tests}          # None/0 still there, after them
+    assert not any("a literal of" in m.description for m in plain)
+    rel = next(iter(CASES[language][0]))
+    for m in literal_ones:
+        assert apply_patch(m.patch, base, check=True) is None, m.id
+    # the bound keeps the first literal one: round-robin takes one return_constant in the first round
+    bounded = derive_mutants(patch, limit=len(KINDS), literals=literals)
+    first = next(m for m in bounded if m.kind == "return_constant")
+    assert first == literal_ones[0] and FIRST_RETURN[language] in _applied(tmp_path, base, first.patch, rel)
+
+
+def test_test_literals_are_bounded_deduplicated_and_only_from_known_languages():
+    from sweep.quality.mutants import MAX_TEST_LITERALS, test_literals
+    many = "".join(f"    assert f({i}) == {i}\n" for i in range(30))
+    assert test_literals([("t.py", many)]) == [str(i) for i in range(MAX_TEST_LITERALS)]
+    assert test_literals([("t.py", "x = a - 3\ny = 'it''s'\nz = f(\"a\\\\nb\")\n")]) == ["3"]
+    assert test_literals([("notes.txt", "42")]) == [] and test_literals([("t.py", '"""\n42\n"""\n')]) == []

@@ -19,7 +19,7 @@ Python, Go, Rust, JavaScript/TypeScript, Java; other files get only the structur
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 LANGUAGES = {".py": "python", ".go": "go", ".rs": "rust", ".js": "javascript", ".mjs": "javascript",
@@ -294,7 +294,53 @@ def _balanced(code: str) -> bool:
     return depth == 0
 
 
-def _return_edits(text: str, masked: str, language: str) -> list[Edit]:
+MAX_TEST_LITERALS = 8        # literals of the PR's tests tried as a returned constant, at most
+_NUMBER_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])")
+_NEGATIVE_BEFORE = ("(", ",", "[", "{", "=", ":", "return", "")
+
+
+def test_literals(files: list[tuple[str, str]], limit: int = MAX_TEST_LITERALS) -> list[str]:
+    """The numeric and string literals on the given lines of test code (`files`: (path, text) pairs,
+    e.g. the lines a PR adds to its test files), as source text valid in every language of
+    LANGUAGES: numbers (a `-` kept when it is a sign, not a subtraction) and strings re-quoted in
+    double quotes (only those without backslashes or quotes inside). Masked with `mask_code`, so a
+    number inside a string or comment is not taken; in order of first appearance, deduplicated, at
+    most `limit`. Files of no known language give none."""
+    out: dict[str, None] = {}
+    for path, text in files:
+        language = next((lang for ext, lang in LANGUAGES.items() if path.endswith(ext)), None)
+        if language is None:
+            continue
+        hunk = Hunk(0, "", [Line("+", t) for t in text.split("\n")])
+        for ln, masked in zip(hunk.lines, _masked_new_side(FilePatch([], path), hunk, language), strict=True):
+            if masked is None or masked.lstrip().startswith(("import ", "from ", "package ", "use ", "#")):
+                continue
+            for lit in _line_literals(ln.text, masked):
+                out.setdefault(lit)
+    return list(out)[:limit]
+
+
+def _line_literals(text: str, masked: str) -> list[str]:
+    found: list[tuple[int, str]] = []
+    for m in _NUMBER_RE.finditer(masked):
+        before = masked[:m.start()]
+        sign = ""
+        if before.endswith("-"):
+            rest = before[:-1].rstrip()
+            if rest.endswith(_NEGATIVE_BEFORE) or not rest:
+                sign = "-"
+        found.append((m.start(), sign + m.group(1)))
+    for m in re.finditer(MASK + "+", masked):
+        literal = text[m.start():m.end()]
+        body = literal[1:-1]
+        before = masked[m.start() - 1:m.start()] if m.start() else ""
+        if (len(literal) >= 2 and literal[0] in "\"'" and literal[-1] == literal[0] and not before.isalnum()
+                and not any(c in body for c in "\\\"'`$")):
+            found.append((m.start(), f'"{body}"'))
+    return [lit for _, lit in sorted(found)]
+
+
+def _return_edits(text: str, masked: str, language: str, literals: Sequence[str] = ()) -> list[Edit]:
     code = masked.rstrip(COMMENT + " \t")       # a trailing comment stays as it is
     m = re.match(r"^(\s*return\s+)(.*?)(\s*;?\s*)$", code)
     if m is None or not m.group(2).strip():
@@ -307,13 +353,15 @@ def _return_edits(text: str, masked: str, language: str) -> list[Edit]:
         return []           # several results: no one constant fits
     expr = text[start:end]
     out: list[Edit] = []
-    for constant in dict.fromkeys((_NONE[language], "0")):
-        if language == "rust" and constant == "0":
+    for constant in dict.fromkeys((*literals, _NONE[language], "0")):
+        if language == "rust" and constant == "0" and constant not in literals:
             continue
-        if language == "python" and constant == "0" and expr.strip() == "False":
+        if language == "python" and expr.strip() in ("False", "True") and constant in ("0", "1", "0.0", "1.0"):
             continue        # 0 == False: near-equivalent, and a return_constant mutant is never excused
         if expr.strip() != constant:
-            out.append((start, end, constant, "return_constant", f"return {constant} instead of `{expr.strip()[:60]}`"))
+            origin = " (a literal of the PR's tests)" if constant in literals else ""
+            out.append((start, end, constant, "return_constant",
+                        f"return {constant}{origin} instead of `{expr.strip()[:60]}`"))
     return out
 
 
@@ -375,10 +423,11 @@ def _condition_edits(text: str, masked: str, language: str) -> list[Edit]:
     return out
 
 
-def line_edits(text: str, masked: str, language: str) -> list[Edit]:
-    """Every token rewrite of one added line, in a fixed order."""
+def line_edits(text: str, masked: str, language: str, literals: Sequence[str] = ()) -> list[Edit]:
+    """Every token rewrite of one added line, in a fixed order (`literals`: `test_literals`, tried
+    first as a returned constant)."""
     edits: list[Edit] = []
-    edits += _return_edits(text, masked, language)
+    edits += _return_edits(text, masked, language, literals)
     for m in _CMP_RE.finditer(masked):
         op = m.group(0)
         edits.append((m.start(), m.end(), _FLIP[op], "comparison_flipped", f"`{op}` flipped to `{_FLIP[op]}`"))
@@ -478,7 +527,7 @@ def _line_numbers(hunk: Hunk, new_start: int) -> tuple[dict[int, int], dict[int,
     return new, old
 
 
-def _line_level(files: list[FilePatch]) -> dict[str, list]:
+def _line_level(files: list[FilePatch], literals: Sequence[str]) -> dict[str, list]:
     out: dict[str, list] = {k: [] for k in KINDS if k not in ("hunk_left_out", "hunk_alone")}
     for fi, fp in enumerate(files):
         language = next((lang for ext, lang in LANGUAGES.items() if fp.path.endswith(ext)), None)
@@ -509,7 +558,7 @@ def _line_level(files: list[FilePatch]) -> dict[str, list]:
                 masked = masked_lines[idx]
                 if ln.tag != "+" or masked is None:
                     continue
-                for n, (start, end, new, kind, what) in enumerate(line_edits(ln.text, masked, language)):
+                for n, (start, end, new, kind, what) in enumerate(line_edits(ln.text, masked, language, literals)):
                     mutated = _copy(files)
                     target = mutated[fi].hunks[hi].lines[idx]
                     target.text = ln.text[:start] + new + ln.text[end:]
@@ -518,15 +567,19 @@ def _line_level(files: list[FilePatch]) -> dict[str, list]:
     return out
 
 
-def derive_mutants(patch: bytes, *, limit: int | None = None,
-                   accept: Callable[[bytes], bool] | None = None) -> list[Mutant]:
+def derive_mutants(patch: bytes, *, limit: int | None = None, accept: Callable[[bytes], bool] | None = None,
+                   literals: Sequence[str] = ()) -> list[Mutant]:
     """The mutants of `patch`, deterministic: taken round-robin over KINDS (one of each kind before
     a second of any), duplicates (same patch bytes) and no-ops (empty, or the reference itself)
     dropped, those `accept` refuses dropped, at most `limit` (None: all). Documentation files
-    (`is_documentation`) are left out of every mutant: they change nothing a test can see."""
+    (`is_documentation`) are left out of every mutant: they change nothing a test can see.
+    `literals` (`test_literals` of the PR's test changes) are tried as returned constants, ahead
+    of None/0 within return_constant, so a test that checks one input meets its hard-coded answer."""
     files = [fp for fp in parse_patch(patch) if not is_documentation(fp.path)]
     reference = render_patch(files)
-    pools = {**_structural(files), **_line_level(files)}
+    pools = {**_structural(files), **_line_level(files, literals)}
+    literal_first = sorted(pools["return_constant"], key=lambda c: "a literal of the PR's tests" not in c[4])
+    pools["return_constant"] = literal_first
     seen = {reference, b""}
     out: list[Mutant] = []
     for cand in _round_robin([pools.get(k, []) for k in KINDS]):

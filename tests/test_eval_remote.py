@@ -10,6 +10,7 @@ write /logs/verifier/reward.txt and run their checks from /app, the paths of a H
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -157,3 +158,31 @@ def test_init_refuses_provider_settings_that_would_have_no_effect(tmp_path, fake
     plan.write_text(json.dumps(data))
     refused = init(plan, tmp_path / "c3")
     assert refused.returncode != 0 and "provider" in refused.stderr, refused.stderr
+
+
+def test_a_killed_cells_sandbox_is_terminated_by_reconcile_from_its_receipt(tmp_path, fake):
+    """A cell's controller SIGKILLed while its solver session runs in a Daytona sandbox leaves that
+    sandbox live and its receipt open in the cell's run directory; `sweep reconcile` (the job being
+    dead) terminates it from the receipt and settles the receipt."""
+    from tests.fakes.runs import wait_until
+    from tests.test_eval_cells import kill_controller
+    plan = write_plan(tmp_path, fake, repeats=1)
+    for extra in sorted(TASKS)[1:]:
+        shutil.rmtree(tmp_path / "ds" / extra)
+    data = json.loads(plan.read_text())
+    data["arms"] = [{"name": "slow", "runtime": "command", "budget": {"wall_s": 300},
+                     "runtime_options": {"argv": ["bash", "-c", "sleep 240"], "network": "none"}}]
+    plan.write_text(json.dumps(data))
+    camp = tmp_path / "camp"
+    assert init(plan, camp).returncode == 0
+    (cell,) = [c["cell_id"] for c in cells(camp)]
+    sweep("tick", "--campaign", str(camp))
+    wait_until("the cell's session sandbox", lambda: any(s.get("labels", {}).get("sweep.role") == "solver"
+                                                          for s in fake.live()), 120, poll=0.2)
+    kill_controller(camp, cell)
+    receipts = list((run_dir(camp, cell) / "sandboxes").glob("*.json"))
+    assert [json.loads(p.read_text())["state"] for p in receipts] == ["created"], receipts
+    assert fake.live()
+    out = sweep("reconcile", "--campaign", str(camp)).stdout
+    assert fake.live() == [], out
+    assert [json.loads(p.read_text())["state"] for p in receipts] == ["terminated"], out

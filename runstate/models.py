@@ -16,7 +16,7 @@ from typing_extensions import TypedDict
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runstate.errors import StateError
-from runstate.phases import PHASE_TABLE, validate_phase
+from runstate.phases import EVAL_PHASE_TABLE, PHASE_TABLE, validate_phase
 from runstate.phases import Phase as Phase      # re-exported: the phase table's home is runstate/phases.py
 
 SCHEMA_VERSION = 1
@@ -44,6 +44,20 @@ def validate_run_id(run_id: object) -> str:
 # The roles of the pipeline, in the order a run meets them (the shipped roles/*.toml manifests):
 # the phase table's roles.
 PIPELINE_ROLES: tuple[str, ...] = PHASE_TABLE.roles
+KEY_FAMILIES: tuple[str, ...] = ("anthropic", "openai")   # the model APIs' key families
+
+
+def cooldown_key(role: str, family: str | None) -> str:
+    """The cooldown a run waits on before a session of `role`: the role's own, or, for a run whose
+    sessions use one key family (an evaluation cell: its arm's, RunRecord.key_family), the role's
+    within that family (`solver-anthropic`, stamped as outage-solver-anthropic.json): an outage of
+    one family's endpoint then holds only the runs of that family."""
+    return role if family is None else f"{role}-{family}"
+
+
+# every cooldown stamp a campaign can have: each role's, and each evaluation role's per key family
+COOLDOWN_KEYS: tuple[str, ...] = PIPELINE_ROLES + tuple(
+    cooldown_key(role, family) for role in EVAL_PHASE_TABLE.roles for family in KEY_FAMILIES)
 
 
 def validate_role(role: object) -> str:
@@ -172,6 +186,8 @@ class RunRecord(Tolerant):
     lane: str = "cpu"
     gpus: int = 0
     provider: str = "local"                     # where its sessions and gates run (the plan's `provider`)
+    key_family: str | None = None               # its sessions' one key family, whose cooldown it waits on
+                                                # (an evaluation cell: its arm's); None: the role's cooldown
     panel_index: int = 0                        # position in the plan: admission order
     hold_reason: str | None = None              # why the tick is not admitting it (shown by status)
     canary_for: str | None = None               # admitted as the one canary after a role's cooldown
@@ -226,6 +242,8 @@ class RunRecord(Tolerant):
             raise bad("parked_until and parked_role go together")
         if self.parked_role is not None:
             validate_role(self.parked_role)
+        if self.key_family is not None and self.key_family not in KEY_FAMILIES:
+            raise bad(f"key_family must be one of {', '.join(KEY_FAMILIES)} (got {self.key_family!r})")
 
     def interrupted(self, cause: str) -> dict[str, Any]:
         """The update that counts one interruption of `cause` (no attempt spent)."""

@@ -243,17 +243,21 @@ def clear_cooldown(campaign_dir: Path, roles: list[str], *, family: str | None =
     family for 45 minutes after the fix."""
     from roles import load_roles_dir
     from runstate.markers import read_outage, stamp_outage
-    from runstate.models import PIPELINE_ROLES
+    from runstate.models import COOLDOWN_KEYS, PIPELINE_ROLES, cooldown_key
+    from runstate.phases import EVAL_PHASE_TABLE
     from runstate.runs import list_runs
     from sweep.campaign import load_campaign
     from sweep.runtimes import key_family_of
     campaign_dir = Path(campaign_dir).resolve()
     campaign = load_campaign(campaign_dir)
     for role in roles:
-        if role not in PIPELINE_ROLES:
-            raise ConfigError(f"{role!r} is not a role (roles: {', '.join(PIPELINE_ROLES)})", field="ROLE")
+        if role not in COOLDOWN_KEYS:
+            raise ConfigError(f"{role!r} is not a role (roles: {', '.join(PIPELINE_ROLES)}; an evaluation's "
+                              f"per key family: {', '.join(COOLDOWN_KEYS[len(PIPELINE_ROLES):])})", field="ROLE")
     chosen = set(roles)
     if family is not None:
+        # an evaluation's cells wait on their arm's family's cooldown (solver-<family>)
+        chosen.update(cooldown_key(role, family) for role in EVAL_PHASE_TABLE.roles)
         specs = load_roles_dir(campaign_dir / "roles")
         defaults = campaign.settings.defaults.runtimes
         for role in PIPELINE_ROLES:

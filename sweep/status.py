@@ -19,7 +19,7 @@ from runstate.breaker import breaker_line
 from runstate.files import read_model
 from runstate.markers import read_drain, read_outage, read_provider_stamps
 from sweep.sandbox_marker import read_uncertain
-from runstate.models import PIPELINE_ROLES, QueueFile, RunState, TickReport, quality_summary
+from runstate.models import COOLDOWN_KEYS, QueueFile, RunState, TickReport, quality_summary
 from runstate.paths import CampaignPaths
 from runstate.runs import RunScan, runs_root, scan_runs
 from sweep import textsafe
@@ -356,7 +356,7 @@ def _drain_info(campaign_dir: Path, active: int, held_leases: int) -> tuple[bool
 def _cooldowns(campaign_dir: Path, now: float) -> tuple[list[CooldownRow], list[ProviderCooldownRow]]:
     """Each role's and each provider's outage stamp: its time left, or a canary once it has run out."""
     cooldowns: list[CooldownRow] = []
-    for role in PIPELINE_ROLES:
+    for role in COOLDOWN_KEYS:
         stamp = read_outage(campaign_dir, role).value
         if stamp is not None and stamp.is_active(now):
             cooldowns.append({"role": role, "kind": stamp.kind, "left_s": stamp.until - now,

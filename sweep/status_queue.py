@@ -73,7 +73,7 @@ def replan(campaign_dir: Path, campaign: CampaignFile, listing: RunScan, qf: Que
     """Every run's lease, and why each queued run waits, by the tick's planner on the files now."""
     from runstate.breaker import breaker_line
     from runstate.markers import is_draining, read_outage, read_provider_stamps
-    from runstate.models import PIPELINE_ROLES
+    from runstate.models import COOLDOWN_KEYS
     from runstate.runs import runs_root
     from sweep.sandbox_marker import read_uncertain
     from sweep.tick.act import read_ghosts, read_lane_backoff
@@ -93,7 +93,7 @@ def replan(campaign_dir: Path, campaign: CampaignFile, listing: RunScan, qf: Que
                      if rec.allocation_usd is not None and rec.state is not RunState.ended else 0.0)
         runs[run_id] = RunView(rec, lease, committed)
     _favour_the_files(jobs, runs, qf, campaign.job_prefix)
-    stamps = {role: st for role in PIPELINE_ROLES if (st := read_outage(campaign_dir, role).value) is not None}
+    stamps = {role: st for role in COOLDOWN_KEYS if (st := read_outage(campaign_dir, role).value) is not None}
     settled = listing.settled.values()
     snap = Snapshot(now=now, queue_known=qf.known if qf is not None else True, queue=jobs, runs=runs,
                     draining=is_draining(campaign_dir), breaker=breaker_line(campaign_dir),

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent_sessions import FAKE_KEY, needs_claude
-from tests.campaigns import sweep
+from tests.campaigns import sweep, tick_until_done
 from tests.fakes.anthropic_api import FakeAnthropic, Script, text, tool_calls
 from tests.fakes.sse_server import key_digest
 from tests.test_eval_harbor import CHECK, make_dataset
@@ -553,13 +553,14 @@ def test_an_endpoint_failure_is_not_scored_and_the_cell_runs_again(root, fake, m
     assert r.returncode == 1 and "ran 0 cells" in r.stdout, (r.stdout, r.stderr)
     assert "cell c00000 (arm claude): its solver session failed on its model endpoint (outage)" in r.stderr
     assert not (camp / "cells" / "c00000" / "result.json").exists()
-    # the cell's run is parked under the solver role's outage cooldown, not counted as an attempt
+    # the cell's run is parked under the solver role's outage cooldown of its arm's key family
+    # (anthropic), not counted as an attempt
     from runstate import load_record, run_dir
     rec = load_record(run_dir(camp, "c00000")).value
-    assert (rec.state.value, rec.parked_role, rec.attempts) == ("queued", "solver", 0), rec
-    assert json.loads((camp / "outage-solver.json").read_text())["kind"] == "outage"
+    assert (rec.state.value, rec.parked_role, rec.attempts) == ("queued", "solver-anthropic", 0), rec
+    assert json.loads((camp / "outage-solver-anthropic.json").read_text())["kind"] == "outage"
     fake.script("solver", fixing_solver())
-    sweep("clear-cooldown", "solver", "--campaign", str(camp))     # the operator: the endpoint answers again
+    sweep("clear-cooldown", "solver-anthropic", "--campaign", str(camp))    # the operator: the endpoint answers again
     assert "ran 1 cells" in sweep("eval", "run", "--campaign", str(camp), timeout=600).stdout
     assert json.loads((camp / "cells" / "c00000" / "result.json").read_text())["reward"] == 1.0
     _no_key_in(camp)
@@ -686,3 +687,91 @@ def test_a_secrets_variable_names_the_credential_the_session_stands_for(root, fa
     main = fake.main_requests("solver")
     assert main and not any(r["api_key_set"] for r in main)      # no x-api-key header: the bearer token
     _no_key_in(camp)
+
+
+@needs_claude
+@needs_codex
+def test_an_outage_of_one_key_family_holds_only_its_arms_cells(root, fake, monkeypatch):
+    """Two arms of different key families (claude: anthropic; codex: openai), 2 repeats, one cell at
+    a time: the anthropic endpoint answers 500, so the claude cell that runs parks under the anthropic
+    family's cooldown (outage-solver-anthropic.json) and the other claude cell is held by it, while the
+    codex cells run to their end; `sweep clear-cooldown --family anthropic` releases the claude cells."""
+    import base64
+    import time
+
+    from runstate import load_record, run_dir
+    from tests.fakes.anthropic_api import error
+    from tests.fakes.openai_api import FakeOpenAI
+    from tests.fakes.openai_api import Script as OpenAIScript
+    from tests.fakes.openai_api import call, say
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    fake.script("solver", Script(error=error(500, "api_error", "internal")))
+    openai = FakeOpenAI()
+    try:
+        fix = base64.b64encode(FIXED.encode()).decode()
+        openai.script("solver", OpenAIScript(steps=[call("exec_command", {"cmd": f"printf %s {fix} | base64 -d > "
+                                                                                "repo/calc.py"}), say("Fixed.")]))
+        okey = root / "keys" / "openai.key"
+        okey.write_text(OPENAI_KEY + "\n")
+        okey.chmod(0o600)
+        (root / "families.toml").write_text(f"""
+name = "families"
+dataset = "ds"
+repeats = 2
+seed = 5
+max_parallel = 1
+
+[secrets]
+anthropic = {{ file = "keys/anthropic.key" }}
+openai = {{ file = "keys/openai.key" }}
+
+[[arms]]
+name = "claude"
+runtime = "claude-code"
+model = "claude-sonnet-4-5"
+runtime_options = {{ base_url = "{fake.url('solver')}", max_retries = 0, stall_s = 60 }}
+budget = {{ wall_s = 300, max_usd = 1.0 }}
+
+[[arms]]
+name = "codex"
+runtime = "codex"
+model = "gpt-5"
+runtime_options = {{ base_url = "{openai.url('solver')}", max_retries = 0, stall_s = 60, prices = {{ input_per_mtok = 1.25, output_per_mtok = 10.0 }} }}
+budget = {{ wall_s = 300, max_usd = 1.0 }}
+""")
+        camp = root / "families"
+        sweep("eval", "init", str(root / "families.toml"), "--campaign", str(camp))
+        cells = json.loads((camp / "manifest.json").read_text())["cells"]
+        arm_of = {c["cell_id"]: c["arm"] for c in cells}
+        # seed 5: both claude cells go first, the codex cells queued behind them
+        assert [c["arm"] for c in cells] == ["claude", "claude", "codex", "codex"], cells
+        claude = [c for c, a in arm_of.items() if a == "claude"]
+        codex = [c for c, a in arm_of.items() if a == "codex"]
+        assert {load_record(run_dir(camp, c)).value.key_family for c in claude} == {"anthropic"}
+        assert {load_record(run_dir(camp, c)).value.key_family for c in codex} == {"openai"}
+
+        def codex_done() -> bool:
+            sweep("tick", "--campaign", str(camp))
+            return all(load_record(run_dir(camp, c)).value.state.value == "ended" for c in codex)
+        deadline = time.monotonic() + 400
+        while not codex_done():
+            assert time.monotonic() < deadline, [load_record(run_dir(camp, c)).value for c in arm_of]
+            time.sleep(1)
+        for c in codex:
+            assert json.loads((camp / "cells" / c / "result.json").read_text())["reward"] == 1.0
+        stamp = json.loads((camp / "outage-solver-anthropic.json").read_text())
+        assert stamp["kind"] == "outage" and not (camp / "outage-solver.json").exists()
+        recs = {c: load_record(run_dir(camp, c)).value for c in claude}
+        parked = [c for c, r in recs.items() if r.parked_role == "solver-anthropic"]
+        assert len(parked) == 1 and all(r.state.value == "queued" and r.attempts == 0 for r in recs.values()), recs
+        (held,) = set(claude) - set(parked)
+        assert recs[held].hold_reason.startswith("role solver-anthropic cooling down (outage)"), recs[held]
+        assert not any((camp / "cells" / c / "result.json").exists() for c in claude)
+        fake.script("solver", fixing_solver())     # the endpoint answers again
+        out = sweep("clear-cooldown", "--family", "anthropic", "--campaign", str(camp)).stdout
+        assert "cooldown cleared for solver-anthropic" in out and "1 parked run(s) released" in out, out
+        tick_until_done(camp, timeout=400)
+        for c in claude:
+            assert json.loads((camp / "cells" / c / "result.json").read_text())["reward"] == 1.0
+    finally:
+        openai.close()

@@ -47,9 +47,9 @@ def undrain(campaign: str | None, ack: str | None) -> None:
         click.echo(f"circuit breaker acknowledged: {trip.cause} (tripped after {trip.count} runs in lane {trip.lane})")
         # a role cooling down for the same cause (a config park) is over too: the operator fixed it
         from runstate.markers import read_outage
-        from runstate.models import PIPELINE_ROLES
+        from runstate.models import COOLDOWN_KEYS
         from sweep.operate import clear_cooldown
-        roles = [r for r in PIPELINE_ROLES if (s := read_outage(d, r).value) is not None and ack in (s.detail or "")]
+        roles = [r for r in COOLDOWN_KEYS if (s := read_outage(d, r).value) is not None and ack in (s.detail or "")]
         if roles:
             clear_cooldown(d, roles, reason=f"circuit breaker acknowledged: {ack}")
             click.echo(f"cooldown ended for {', '.join(roles)} (it was for {ack}): one canary run goes first")

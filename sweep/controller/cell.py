@@ -8,7 +8,8 @@ in sweep/eval/run.py:
   fresh workspace, the arm's solver session and its gate-feedback cycles. Its checkpoint holds what
   the sessions did, so a controller killed after it resumes at the final verifier and never runs
   the sessions again. A session that failed on its model endpoint (outage, throttle, a bad key or
-  billing) parks the cell under the solver role's cooldown, not counted as an attempt.
+  billing) parks the cell under the solver role's cooldown within the arm's key family
+  (`solver-anthropic`; the role's own for a runtime without one), not counted as an attempt.
 - `cell_verify`: the final verifier run on the repository the sessions left; its reward is the
   cell's. result.json is written, and the run ends.
 
@@ -22,7 +23,7 @@ from typing import NoReturn
 
 from runstate.checkpoints import Checkpoint
 from runstate.errors import ConfigError, ProviderError
-from runstate.models import EndReason, Outcome
+from runstate.models import EndReason, Outcome, cooldown_key
 from sweep.controller.context import AttemptFailed, Ctx, Ending, Park, clear_cooldown_after_success, provider_park
 from sweep.providers.base import SandboxError
 
@@ -92,6 +93,9 @@ def cell_solve(ctx: Ctx) -> tuple[str, Checkpoint]:
         run.finish_cell(out, frozen, manifest, cell, prepared, rid)
         _end(prepared)
     ctx.event("session_started", phase=ctx.record.phase, detail=f"cell {cell.cell_id}: arm {cell.arm}")
+    # the cooldown an endpoint failure stamps: the solver role's within the arm's key family (the
+    # record's, written at init), so an outage of one family's endpoint holds only its arms' cells
+    cooldown = cooldown_key("solver", ctx.record.key_family)
     try:
         solved = run.solve_cell(prepared)
     except SandboxError as exc:
@@ -103,15 +107,15 @@ def cell_solve(ctx: Ctx) -> tuple[str, Checkpoint]:
         # refused before it ran (bad runtime options, a runtime the manifest does not allow, no
         # sandbox): the solver role stops until a human fixes it, as a generation run's session does
         run.settle(out, frozen, cell, rid, 0.0)
-        raise Park("solver", "outage", f"configuration error: {exc}") from None
+        raise Park(cooldown, "outage", f"configuration error: {exc}") from None
     unscored = run.not_the_agents_fault(cell, solved)
     if unscored is not None:
         run.settle(out, frozen, cell, rid, solved.kw.get("cost_usd"))
         shutil.rmtree(out / "cells" / cell.cell_id / "work", ignore_errors=True)
         kind = solved.kw["failure_class"]
-        raise Park("solver", kind if kind in ("outage", "throttle") else "outage", unscored)
+        raise Park(cooldown, kind if kind in ("outage", "throttle") else "outage", unscored)
     if solved.ok:
-        clear_cooldown_after_success(ctx, "solver")
+        clear_cooldown_after_success(ctx, cooldown)
     if not solved.ok:               # scored 0 without a verifier run
         result = run.verify_cell(prepared, frozen, cell, started, solved)
         run.finish_cell(out, frozen, manifest, cell, result, rid)

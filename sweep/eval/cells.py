@@ -95,6 +95,13 @@ def arm_family(spec: Any, arm: Arm) -> str | None:
     return key_family_of(spec, arm.runtime)
 
 
+def arm_families(plan: EvalPlan) -> dict[str, str | None]:
+    """arm -> the key family its sessions use (None: a runtime without one)."""
+    from roles import load_manifest, shipped_manifests_dir
+    spec = load_manifest(shipped_manifests_dir() / "solver.toml")
+    return {arm.name: arm_family(arm_spec(spec, arm), arm) for arm in plan.arms}
+
+
 def _check_arm(plan: EvalPlan, i: int, arm: Arm, spec: Any) -> str | None:
     """What a cell's session would refuse, refused at init instead (before anything is written);
     the key family the arm uses, if any."""
@@ -226,7 +233,7 @@ def init_eval(plan_path: Path, out: Path) -> tuple[Frozen, Manifest, bool]:
                     solver_manifest_sha256=manifest_sha256(solver), created_at=time.time(), sweep_version=__version__)
     write_atomic(staging / "eval.json", dump_json(frozen.model_dump(mode="json")))
     from sweep.eval.runs import write_campaign
-    write_campaign(staging, out, plan, manifest)       # each cell a run the tick admits (sweep/eval/runs.py)
+    write_campaign(staging, out, plan, manifest, arm_families(plan))       # each cell a run the tick admits (sweep/eval/runs.py)
     if out.exists():
         out.rmdir()
     os.rename(staging, out)            # complete or absent

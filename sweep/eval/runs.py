@@ -35,9 +35,12 @@ def settings_of(plan: EvalPlan, n_cells: int) -> PlanSettings:
                         providers=plan.providers)
 
 
-def write_campaign(staging: Path, final: Path, plan: EvalPlan, manifest: Manifest) -> None:
+def write_campaign(staging: Path, final: Path, plan: EvalPlan, manifest: Manifest,
+                   families: dict[str, str | None]) -> None:
     """campaign.toml and one queued run per cell, into the staging directory init renames into place
-    (`final` is the directory's name once renamed: the campaign id is derived from it)."""
+    (`final` is the directory's name once renamed: the campaign id is derived from it). `families`:
+    arm -> the key family its sessions use (None: none), carried by each of its cells' runs
+    (RunRecord.key_family), so an endpoint failure parks a cell under its family's cooldown."""
     from sweep import __version__
     from sweep.tomlw import dumps_checked
     sha = hashlib.sha256(orjson.dumps(plan.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)).hexdigest()
@@ -45,7 +48,8 @@ def write_campaign(staging: Path, final: Path, plan: EvalPlan, manifest: Manifes
     for cell in manifest.cells:
         rdir = create_run_dir(staging, cell.cell_id)
         record = RunRecord(run_id=cell.cell_id, panel_index=cell.position, phase=EVAL_PHASE_TABLE.first,
-                           max_attempts=settings.max_attempts, max_interruptions=settings.max_interruptions)
+                           max_attempts=settings.max_attempts, max_interruptions=settings.max_interruptions,
+                           key_family=families[cell.arm])
         save_record(rdir, record)
     campaign = CampaignFile(campaign_id=hashlib.sha256(f"{final}\0{sha}\0{time.time()}".encode()).hexdigest()[:8],
                             plan_sha256=sha, plan_file="plan.toml", created_at=time.time(), sweep_version=__version__,

@@ -24,7 +24,7 @@ from runstate.lease import read_lease_at
 from runstate.breaker import breaker_line
 from runstate.markers import is_draining, read_outage, read_provider_stamps
 from sweep.sandbox_marker import read_uncertain
-from runstate.models import PIPELINE_ROLES, RunState, SpendLedger
+from runstate.models import COOLDOWN_KEYS, RunState, SpendLedger
 from runstate.paths import SPEND_FILE, STATE_FILE
 from runstate.runs import RunScan, read_record_ident, runs_root, scan_runs
 from sweep.tick.plan import QueueJob, RunView, Snapshot
@@ -55,7 +55,7 @@ def observe(campaign_dir: Path, scheduler: Scheduler, *, full: bool = False) -> 
                      if rec.allocation_usd is not None and rec.state is not RunState.ended else 0.0)
         runs[run_id] = RunView(rec, lease, committed)
     stamps = {}
-    for role in PIPELINE_ROLES:
+    for role in COOLDOWN_KEYS:
         stamp = read_outage(campaign_dir, role).value
         if stamp is not None:
             stamps[role] = stamp

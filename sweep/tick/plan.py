@@ -35,7 +35,7 @@ from operator import attrgetter
 
 from runstate.lease import LeaseView, judge_lease
 from runstate.phases import table_of
-from runstate.models import (EndReason, GhostJob, LaneBackoff, Lease, OutageStamp, Outcome, ProviderStamp,
+from runstate.models import (EndReason, cooldown_key, GhostJob, LaneBackoff, Lease, OutageStamp, Outcome, ProviderStamp,
                              RunRecord, RunState)
 
 
@@ -249,6 +249,13 @@ def next_role(record: RunRecord) -> str | None:
     """The role the run needs next, by the phase it will run next (its phase table's: a generation
     run's or an evaluation cell's)."""
     return table_of(record.phase).next_role(record.phase)
+
+
+def next_cooldown(record: RunRecord) -> str | None:
+    """The cooldown the run waits on before its next role: the role's, or the role's within the
+    run's key family when it has one (an evaluation cell: its arm's; runstate.models.cooldown_key)."""
+    role = next_role(record)
+    return None if role is None else cooldown_key(role, record.key_family)
 
 
 # Slurm end states of a vanished controller job that are not the run's fault -> interruption cause
@@ -621,7 +628,7 @@ class _Admission:
         """(hold, canary): a role or provider whose cooldown passed but was not yet cleared by a
         success lets one run through as its canary; the others wait for it."""
         hold, canary = None, None
-        role = next_role(rec)
+        role = next_cooldown(rec)
         stamp = self.snap.stamps.get(role) if role else None
         if stamp is not None and role is not None:
             if self.canaries_active.get(role, 0) or role in self.canary_taken:
@@ -701,7 +708,7 @@ def _hold_of(rec: RunRecord, snap: Snapshot, cfg: PlanSettings) -> str | None:
             return (f"needs {rec.gpus} GPU{'s' if rec.gpus > 1 else ''} and max_gpu_parallel is 0: never "
                     "admitted under this plan (raise max_gpu_parallel)")
     if snap.stamps:
-        role = next_role(rec)
+        role = next_cooldown(rec)
         stamp = snap.stamps.get(role) if role else None
         if stamp is not None and stamp.is_active(snap.now):
             return f"role {role} cooling down ({stamp.kind}) until {stamp.until:.0f}"

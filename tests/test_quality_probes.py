@@ -65,6 +65,40 @@ def test_a_probe_is_scored_by_the_tasks_tests_with_the_gates_repeats(verified_bu
     assert wrong.as_evidence()["diff"].startswith("diff --git a/mathx.py")
 
 
+def literal_mutants(bundle: Path) -> list:
+    from sweep.quality.mutants import derive_mutants, test_literals
+    from sweep.quality.probes import applies_to, test_change_lines
+    literals = test_literals(test_change_lines(bundle))
+    patch = (bundle / "solution/solution.patch").read_bytes()
+    return [m for m in derive_mutants(patch, literals=literals, accept=applies_to(bundle / "environment/repo"))
+            if "a literal of the PR's tests" in m.description]
+
+
+def test_a_one_input_test_accepts_its_hard_coded_answer_and_several_inputs_kill_it(verified_bundle, tmp_path):
+    from sweep.harbor.samples import TEST_ABOVE, TEST_BASE
+    from sweep.quality.probes import test_change_lines
+    # only the PR's added test lines count: the base's clamp(-5, 0, 10) and clamp(3, ...) are not its literals
+    assert [rel for rel, _ in test_change_lines(verified_bundle)] == ["tests/test_mathx.py"]
+    assert "clamp(-5" not in test_change_lines(verified_bundle)[0][1]
+    one = literal_mutants(verified_bundle)
+    assert [m.description.split(": ", 1)[1].split(" (")[0] for m in one] == ["return 42", "return 0", "return 10"]
+    runs = {m.description.split(": ", 1)[1].split(" (")[0]: probe_run(
+        verified_bundle, Probe(m.id, WRONG, m.kind, m.description, m.patch), tmp_path / f"one-{i}")
+        for i, m in enumerate(one)}
+    assert {k: r.outcome for k, r in runs.items()} == {"return 42": "killed", "return 0": "killed",
+                                                       "return 10": "survived"}
+    several = make_pr_repo(tmp_path / "repos", "verified", name="several", extra_files={
+        "tests/test_mathx.py": TEST_BASE + TEST_ABOVE + "\n    def test_another_range(self):\n"
+                               "        self.assertEqual(clamp(7, 0, 5), 5)\n"})
+    build_bundle_from_git(several, tmp_path / "several-task")
+    mutants = literal_mutants(tmp_path / "several-task")
+    assert {"return 10", "return 5"} <= {m.description.split(": ", 1)[1].split(" (")[0] for m in mutants}
+    for i, m in enumerate(mutants):
+        outcome = probe_run(tmp_path / "several-task", Probe(m.id, WRONG, m.kind, m.description, m.patch),
+                            tmp_path / f"several-{i}")
+        assert outcome.outcome == "killed", m.description
+
+
 def ended(st: dict) -> dict[str, tuple[str, str | None]]:
     return {e["run_id"]: (e["outcome"], e["reason"]) for e in st["ended"]}
 

@@ -356,8 +356,8 @@ def _return_edits(text: str, masked: str, language: str, literals: Sequence[str]
     for constant in dict.fromkeys((*literals, _NONE[language], "0")):
         if language == "rust" and constant == "0" and constant not in literals:
             continue
-        if language == "python" and expr.strip() in ("False", "True") and constant in ("0", "1", "0.0", "1.0"):
-            continue        # 0 == False: near-equivalent, and a return_constant mutant is never excused
+        if language == "python" and (expr.strip(), constant.split(".")[0]) in (("False", "0"), ("True", "1")):
+            continue        # 0 == False, 1 == True: near-equivalent, and a return_constant mutant is never excused
         if expr.strip() != constant:
             origin = " (a literal of the PR's tests)" if constant in literals else ""
             out.append((start, end, constant, "return_constant",

@@ -97,6 +97,34 @@ def applies_to(base_repo: Path) -> Callable[[bytes], bool]:
     return lambda patch: apply_patch(patch, base_repo, check=True) is None
 
 
+MAX_TEST_SOURCE = 200_000   # bytes of one test file read for its literals
+
+
+def test_change_lines(bundle: Path) -> list[tuple[str, str]]:
+    """The lines the PR adds to each of its test files (tests/test_files.txt; the PR's version in
+    tests/files/, the base's in environment/repo/, a new file whole), as (path, text) pairs for
+    sweep/quality/mutants.py `test_literals`. Paths are data: an unsafe one, a symlink or a file
+    that is not there is skipped."""
+    import difflib
+    out: list[tuple[str, str]] = []
+    listed = bundle / layout.TEST_FILES
+    try:
+        names = [n for n in listed.read_text(encoding="utf-8", errors="replace").splitlines() if n]
+    except OSError:
+        return []
+    for rel in names:
+        new, old = bundle / layout.TEST_FILES_DIR / rel, bundle / layout.ENV_REPO / rel
+        if layout.unsafe_relpath(rel) is not None or not new.is_file() or new.is_symlink():
+            continue
+        new_lines = new.read_bytes()[:MAX_TEST_SOURCE].decode("utf-8", errors="replace").splitlines()
+        old_lines = (old.read_bytes()[:MAX_TEST_SOURCE].decode("utf-8", errors="replace").splitlines()
+                     if old.is_file() and not old.is_symlink() else [])
+        added = [ln[1:] for ln in difflib.unified_diff(old_lines, new_lines, lineterm="", n=0)
+                 if ln.startswith("+") and not ln.startswith("+++")]
+        out.append((rel, "\n".join(added)))
+    return out
+
+
 def run_probe(bundle: Path, probe: Probe, *, provider: Provider, workdir: Path, repeats: int,
               env_for_repeat: Callable[[int], dict[str, str]], timeout_s: float,
               limits: Limits | None = None) -> ProbeOutcome:

@@ -37,7 +37,7 @@ with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
     s.sendall(f"{cell}\\n".encode())
     assert s.recv(16) == b"ok\\n"          # counted: the line reached the counter
 deadline = time.monotonic() + 120
-while (flags / f"hold-solve-{cell}").exists() and time.monotonic() < deadline:
+while ((flags / f"hold-solve-{cell}").exists() or (flags / "hold-solve-all").exists()) and time.monotonic() < deadline:
     time.sleep(0.05)
 repo = ws / "repo"
 if (flags / f"slow-verify-{cell}").exists():
@@ -110,7 +110,8 @@ def hold(lab, name: str) -> Path:
     return flag
 
 
-def write_eval(lab, *, name: str, repeats: int, max_parallel: int, scheduler: str = "", tasks: int = 3) -> Path:
+def write_eval(lab, *, name: str, repeats: int, max_parallel: int, scheduler: str = "", tasks: int = 3,
+               settings: str = "") -> Path:
     root = lab["root"]
     for extra in sorted(TASKS)[tasks:]:
         shutil.rmtree(root / "ds" / extra, ignore_errors=True)
@@ -123,7 +124,7 @@ budget = {{ wall_s = 120 }}
 """ for arm, mode in (("oracle", "fix"), ("nop", "nop")))
     plan = root / f"{name}.toml"
     plan.write_text(f'name = "{name}"\ndataset = "ds"\nrepeats = {repeats}\nseed = 5\n'
-                    f"max_parallel = {max_parallel}\n{scheduler}\n{arms}")
+                    f"max_parallel = {max_parallel}\n{settings}{scheduler}\n{arms}")
     camp = root / name
     sweep("eval", "init", str(plan), "--campaign", str(camp))
     return camp
@@ -260,6 +261,35 @@ def test_a_cell_out_of_attempts_ends_and_sweep_retry_runs_it_again(lab):
     rec = load_record(run_dir(camp, first)).value
     assert (rec.outcome.value, rec.attempts) == ("verified", 0) and counter.counts()[first] == 4
     assert first in results(camp)
+
+
+def test_the_plans_max_attempts_and_max_interruptions_bound_a_cell(lab):
+    """`max_attempts = 1`: one kill of a cell's controller (an attempt) ends it blocked:
+    max_attempted; `max_interruptions = 1`: one SIGUSR1 (an interruption) ends the other cell
+    blocked: max_interrupted. Neither has a result (the defaults, 3 and 10, would requeue both)."""
+    counter = lab["counter"]
+    camp = write_eval(lab, name="bounds", repeats=1, max_parallel=2, tasks=1,
+                      settings="max_attempts = 1\nmax_interruptions = 1\n")
+    first, other = (c["cell_id"] for c in manifest(camp))
+    held = [hold(lab, "hold-solve-all")]      # every session held open
+
+    def both_in_session():
+        tick(camp)
+        return len(counter.seen) == 2 and all(state(camp, c)[0] == "active" for c in (first, other))
+    wait_until("both solver sessions", both_in_session, 60, poll=0.3)
+    kill_controller(camp, first)
+    rec = load_record(run_dir(camp, other)).value
+    (pid,) = processes_with(f"--token\0{rec.submit_token}\0")
+    os.kill(pid, signal.SIGUSR1)
+    wait_until("the interrupted cell to end", lambda: state(camp, other)[0] == "ended", 30)
+    for flag in held:
+        flag.unlink()
+    wait_until("the killed cell to end", lambda: tick(camp) or state(camp, first)[0] == "ended", 60, poll=0.5)
+    a, b = load_record(run_dir(camp, first)).value, load_record(run_dir(camp, other)).value
+    assert (a.outcome.value, a.reason, a.attempts, a.max_attempts) == ("blocked", "max_attempted", 1, 1), a
+    assert (b.outcome.value, b.reason, b.interruptions, b.max_interruptions) == \
+        ("blocked", "max_interrupted", 1, 1), b
+    assert not results(camp) and len(counter.seen) == 2
 
 
 def test_a_drained_evaluation_admits_no_cell_until_undrained(lab):

@@ -99,6 +99,10 @@ class EvalPlan(Strict):
     # settings of the same names, with the same meaning (how many cells' controllers at once; where
     # and how they are submitted: the backend, its lanes)
     max_parallel: int = Field(default=2, ge=1, le=100_000)
+    # a cell's attempts (a vanished or failed controller) before it ends blocked: max_attempted, and its
+    # interruptions (preemption, time limit, node failure: no attempt) before blocked: max_interrupted
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    max_interruptions: int = Field(default=10, ge=1, le=10_000)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     # where the cells' solver sessions and verifier runs happen, as a generation candidate's `provider`
     # and the plan's [providers.<name>] (docs/providers.md): on a remote provider, in a sandbox from

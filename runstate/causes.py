@@ -68,7 +68,8 @@ CAUSES: dict[str, CauseInfo] = {
     "outage": CauseInfo("infra", "a role's endpoint or a provider was out (a park)"),
     "throttle": CauseInfo("infra", "a role's endpoint or a provider throttled (a park)"),
     "job_vanished": CauseInfo("infra", "its controller job ended without a word"),
-    "check_interrupted": CauseInfo("infra", "a check of the sandbox was killed or stalled before it could say anything"),
+    "check_interrupted": CauseInfo("infra", "a check of the sandbox, or a gate trial (twice), was killed or stalled "
+                                                "before it could say anything"),
     "unexpected_error": CauseInfo("infra", "an unforeseen error in a phase (a bug: see the events)"),
     "phase_failed": CauseInfo("infra", "a phase failed for a reason not classified further"),
 }

@@ -33,6 +33,7 @@ from sweep.providers.base import SandboxError
 from sweep.tree import copy_tree, require_real_dir
 
 TRIAL_TIMEOUT_S = 900
+KILLED_TRIAL_PAUSE_S = 1.0     # before a gate trial killed from outside runs again
 
 
 # ---- shared helpers ---------------------------------------------------------------------------
@@ -680,19 +681,37 @@ def gate_hash_seed(repeat: int) -> int:
 
 def _gate_trial(ctx: Ctx, bundle: Path, kind: str, provider: Provider, harness, name: str, seed: int):
     """One trial of the gates as a job (sweep/controller/concurrent.py): its own work directory,
-    removed after it; a provider's error is raised as it is (`_gate_trials` classifies it)."""
+    removed after it; a provider's error is raised as it is (`_gate_trials` classifies it).
+
+    A trial whose script was killed by a signal sweep did not send (`TrialResult.killed_by`: the
+    TERM of a scancel or a node's shutdown reaching the trial before this controller) is no verdict:
+    it runs once more, unless this controller is being stopped (the interruption path then takes
+    over, with no evidence); killed again, the attempt fails as check_interrupted, not the gates."""
     from sweep.harbor.trial import run_trial
     revision = _checkpoints(ctx).author_revision
     work = ctx.paths.work / f"gates-r{revision:04d}-{name}"
     limits = _limits(ctx)
 
-    def job():
+    def once():
         fresh_dir(work)
         try:
             return run_trial(bundle, kind, provider=provider, workdir=work, timeout_s=TRIAL_TIMEOUT_S,
                              env={"PYTHONHASHSEED": str(seed)}, limits=limits, harness=harness)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def job():
+        trial = once()
+        if trial.killed_by is None or ctx.stop_reason is not None:
+            return trial
+        ctx.event("gate_trial_killed", phase=Phase.gates.value,
+                  detail=f"gate trial {name}: killed by signal {trial.killed_by} ({trial.detail[:200]}); run again")
+        time.sleep(KILLED_TRIAL_PAUSE_S)      # this controller's own TERM, if one is coming, lands first
+        trial = once()
+        if trial.killed_by is None or ctx.stop_reason is not None:
+            return trial
+        raise AttemptFailed(f"gate trial {name} was killed by signal {trial.killed_by} twice, not by sweep: "
+                            f"{trial.detail[:200]}", cause="check_interrupted")
     return job
 
 

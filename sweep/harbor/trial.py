@@ -20,8 +20,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runstate.errors import SweepError
@@ -49,6 +50,27 @@ class TrialResult:
     workdir: str = ""
     results: dict[str, str] | None = None    # the runner's per-test results (with a harness)
     results_problem: str | None = None       # why there are none
+    # the signal (TERM, KILL, INT, HUP) that ended solve.sh or test.sh, or the runner under it,
+    # that sweep did not send (not the trial's timeout, a bound, a stop): the job's scancel or a
+    # node's shutdown reaching the trial before the controller. Says nothing about the task.
+    killed_by: int | None = None
+
+
+# the signals a job's end (scancel, a node's shutdown, a ^C) sends; a test's own crash (SEGV, ABRT)
+# is none of these and stays the test's verdict
+OUTSIDE_KILLS = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP})
+
+
+def outside_kill(outcome) -> int | None:
+    """The outside signal that ended a script's run, or None. Death by the signal itself (no
+    sandbox), or the 128+N exit a shell or bwrap reports for a child that died by it; never when
+    sweep ended the run itself: its timeout, a bound it enforced, a stop of its own."""
+    if outcome.launch_error or outcome.timed_out or getattr(outcome, "stopped", None) or _bound(outcome):
+        return None
+    sig = outcome.signal
+    if sig is None and outcome.rc is not None and 128 < outcome.rc <= 128 + 64:
+        sig = outcome.rc - 128
+    return sig if sig in OUTSIDE_KILLS else None
 
 
 def read_reward(logs_dir: Path) -> tuple[float | None, str]:
@@ -158,10 +180,17 @@ def run_trial(bundle_dir: str | Path, solution: str | Path, *, provider: Provide
         solved = run(work / layout.SOLVE_SH, "agent/solve", agent_timeout)
         if solved.launch_error or solved.timed_out or solved.rc != 0 or _bound(solved):
             why = (solved.launch_error or ("timed out" if solved.timed_out else f"exited {solved.rc}")) + _bound(solved)
-            return result(None, f"solution/solve.sh {why}: {_tail(solved.stderr_tail or solved.stdout_tail)}")
+            return replace(result(None, f"solution/solve.sh {why}: {_tail(solved.stderr_tail or solved.stdout_tail)}"),
+                           killed_by=outside_kill(solved))
         if harness is not None:
             shutil.rmtree(work / "solution")      # the tests cannot tell the reference run by it
     tested = run(work / layout.TEST_SH, "verifier/test", verifier_timeout, observed if harness else None)
+    return replace(_verdict(tested, harness, work, limits, result, logs, provider), killed_by=outside_kill(tested))
+
+
+def _verdict(tested, harness: Harness | None, work: Path, limits: Limits, result, logs: Path,
+             provider: Provider) -> TrialResult:
+    """The trial's result from test.sh's run."""
     if tested.launch_error or tested.timed_out or _bound(tested):
         why = (tested.launch_error or ("timed out" if tested.timed_out else f"exited {tested.rc}")) + _bound(tested)
         return result(None, f"tests/test.sh {why}")

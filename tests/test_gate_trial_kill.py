@@ -1,0 +1,47 @@
+"""A gate trial killed from outside is no verdict about the PR.
+
+A scancel (or a node's shutdown) sends SIGTERM to the job, and the TERM can reach a gate trial's
+test runner before the controller: the trial then reads as the PR's verdict (the reference gives
+no per-test results) and the run ended gates_failed, a wrong ending the infrastructure caused. A
+trial whose script died by TERM, KILL, INT or HUP that sweep did not send runs once more; killed
+again, the attempt fails as check_interrupted. A test that crashes (SIGSEGV) is still a verdict.
+
+The kill is real: a `bwrap` on the controller's PATH that kills itself with the signal on its first
+N runs in a gate trial (its solve.sh or test.sh: their binds name the trial's gates-r... directory), then execs the real one (tests/fakes/controller.py --bwrap-killed=N:gates-r
+--bwrap-signal=SIG). A test inside the sandbox cannot do it itself once: each trial has its own
+copy of the repository, and nothing outside it is writable."""
+import pytest
+
+from runstate.models import Outcome, RunState
+from sweep.providers.local.bwrap import probe_bwrap
+from tests.fakes.runs import record
+from tests.test_breaker_probe_kill import campaign, first_controller_done
+
+pytestmark = pytest.mark.skipif(probe_bwrap()[0] is None, reason="bubblewrap is not usable here")
+
+
+def test_a_gate_trial_terminated_once_runs_again_and_the_run_is_verified(tmp_path):
+    d, run_id = campaign(tmp_path, "--bwrap-killed=1:bash /tests/test.sh*gates-r0001-reference-0", "--bwrap-signal=TERM")
+    evs = first_controller_done(d, run_id)
+    rec = record(d, run_id)
+    assert rec.outcome is Outcome.verified and rec.attempts == 0, (rec, [e for e in evs if e["kind"] == "ended"])
+    killed = [e["detail"] for e in evs if e["kind"] == "gate_trial_killed"]
+    assert len(killed) == 1 and "signal 15" in killed[0] and "reference-0" in killed[0] and "tests exited -15" in killed[0], killed
+    assert not [e for e in evs if e["kind"] in ("parked", "attempt_failed", "repair")]
+
+
+def test_a_gate_trial_terminated_every_time_fails_the_attempt_not_the_gates(tmp_path):
+    d, run_id = campaign(tmp_path, "--bwrap-killed=1000:gates-r", "--bwrap-signal=TERM")
+    evs = first_controller_done(d, run_id)
+    rec = record(d, run_id)
+    assert rec.state is RunState.queued and rec.attempts == 1 and rec.cause == "check_interrupted", rec
+    assert "killed by signal 15 twice" in rec.last_error, rec.last_error
+    assert rec.outcome is None and not [e for e in evs if e["kind"] in ("ended", "parked")]
+
+
+def test_a_gate_trial_that_crashes_with_sigsegv_is_still_the_verdict(tmp_path):
+    d, run_id = campaign(tmp_path, "--bwrap-killed=1000:gates-r", "--bwrap-signal=SEGV")
+    evs = first_controller_done(d, run_id)
+    rec = record(d, run_id)
+    assert rec.outcome is Outcome.generated_unverified and rec.reason == "gates_failed", rec
+    assert not [e for e in evs if e["kind"] == "gate_trial_killed"]

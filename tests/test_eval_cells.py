@@ -292,6 +292,34 @@ def test_the_plans_max_attempts_and_max_interruptions_bound_a_cell(lab):
     assert not results(camp) and len(counter.seen) == 2
 
 
+def test_the_plans_environment_is_the_controller_jobs(lab):
+    """[environment] as in a generation plan: a cell's controller job runs with the toolchain's PATH
+    first and its variables, whatever the tick's environment; a toolchain `bind` is refused (nothing
+    is bound into an evaluation's sandboxes)."""
+    tools = lab["root"] / "tools" / "bin"
+    tools.mkdir(parents=True)
+    env_toml = (f'[environment.toolchains.tools]\npath = ["{tools}"]\n'
+                'variables = { EVAL_TOOLCHAIN = "from-the-plan" }\n')
+    camp = write_eval(lab, name="envd", repeats=1, max_parallel=1, tasks=1, settings=env_toml)
+    first = manifest(camp)[0]["cell_id"]
+    held = hold(lab, "hold-solve-all")
+    wait_until("the first solver session", lambda: tick(camp, {"EVAL_TOOLCHAIN": "from-the-tick"})
+               or len(lab["counter"].seen) == 1, 60, poll=0.3)
+    rec = load_record(run_dir(camp, first)).value
+    (pid,) = processes_with(f"--token\0{rec.submit_token}\0")
+    environ = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+    assert environ["EVAL_TOOLCHAIN"] == "from-the-plan"
+    assert environ["PATH"].split(":")[0] == str(tools), environ["PATH"]
+    held.unlink()
+    tick_until_done(camp, timeout=120)
+    assert len(results(camp)) == 2
+    plan = lab["root"] / "bind.toml"
+    plan.write_text((lab["root"] / "envd.toml").read_text().replace(
+        'variables = {', f'bind = ["{tools}"]\nvariables = {{', 1).replace('name = "envd"', 'name = "bind"'))
+    r = sweep("eval", "init", str(plan), "--campaign", str(lab["root"] / "bind"), check=False)
+    assert r.returncode == 2 and "environment.toolchains.tools.bind" in r.stderr, r.stderr
+
+
 def test_a_drained_evaluation_admits_no_cell_until_undrained(lab):
     """`sweep drain` holds every cell of an evaluation in the queue, as it holds a generation run;
     `sweep undrain` lets them run."""

@@ -144,7 +144,25 @@ def _check_plan(plan: EvalPlan, plan_path: Path) -> EvalPlan:
     if unused:
         raise ConfigError(f"no arm's runtime uses the {', '.join(unused)} key family, so its secret would go to "
                           "no session: remove the entry", field=f"secrets.{unused[0]}")
-    return plan.model_copy(update={"secrets": resolve_plan_secrets(plan.secrets, plan_path)})
+    return plan.model_copy(update={"secrets": resolve_plan_secrets(plan.secrets, plan_path),
+                                   "environment": _resolved_environment(plan, plan_path)})
+
+
+def _resolved_environment(plan: EvalPlan, plan_path: Path):
+    """The plan's [environment] with its paths absolute and checked, as a generation plan's; a
+    toolchain `bind` (a directory bound into every sandbox) is refused: an evaluation's environment
+    is its controller jobs' only."""
+    from sweep.models.environment import EnvironmentProblem
+    if plan.environment is None:
+        return None
+    for name, tc in plan.environment.toolchains.items():
+        if tc.bind:
+            raise ConfigError("an evaluation's [environment] is its controller jobs' only: nothing is bound into "
+                              "the sessions' sandboxes", field=f"environment.toolchains.{name}.bind", hint="remove it")
+    try:
+        return plan.environment.resolved(plan_path.parent)
+    except EnvironmentProblem as exc:
+        raise ConfigError(str(exc), field=f"environment.{exc.field}") from None
 
 
 def _check_provider(plan: EvalPlan) -> None:

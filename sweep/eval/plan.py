@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sweep.models.plan import NAME_RE as CAMPAIGN_NAME_RE
+from sweep.models.environment import JobEnvironment
 from sweep.models.lanes import SchedulerSettings
 from sweep.models.plan import LimitSettings, ProviderSettings, SecretSource, Strict, check_secret_families
 
@@ -103,6 +104,10 @@ class EvalPlan(Strict):
     # interruptions (preemption, time limit, node failure: no attempt) before blocked: max_interrupted
     max_attempts: int = Field(default=3, ge=1, le=100)
     max_interruptions: int = Field(default=10, ge=1, le=10_000)
+    # the controller jobs' environment (a generation plan's [environment]: toolchains' PATH and
+    # variables, `inherit`): the same from a shell or from scrontab. Sessions and verifier runs keep
+    # their own sandbox environment, so a toolchain's `bind` is refused (init: check_environment)
+    environment: JobEnvironment | None = None
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     # where the cells' solver sessions and verifier runs happen, as a generation candidate's `provider`
     # and the plan's [providers.<name>] (docs/providers.md): on a remote provider, in a sandbox from

@@ -32,6 +32,7 @@ def settings_of(plan: EvalPlan, n_cells: int) -> PlanSettings:
     fields. Every cell that ends has its result (target_verified: all of them)."""
     return PlanSettings(name=plan.name, target_verified=n_cells, max_parallel=plan.max_parallel,
                         max_attempts=plan.max_attempts, max_interruptions=plan.max_interruptions,
+                        environment=plan.environment,
                         scheduler=plan.scheduler, isolation=plan.isolation, limits=plan.limits, secrets=plan.secrets,
                         providers=plan.providers)
 

@@ -45,3 +45,25 @@ def test_a_gate_trial_that_crashes_with_sigsegv_is_still_the_verdict(tmp_path):
     rec = record(d, run_id)
     assert rec.outcome is Outcome.generated_unverified and rec.reason == "gates_failed", rec
     assert not [e for e in evs if e["kind"] == "gate_trial_killed"]
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "none"])
+def test_what_reads_as_a_kill_from_outside(tmp_path, isolation):
+    """Under bwrap a runner that died by TERM shows as test.sh's exit 143 (bash, then bwrap, report
+    128+N); without a sandbox the keeper dies by the signal itself. Both read as a kill from outside;
+    a crash (SEGV), a plain failure and sweep's own timeout do not."""
+    from sweep.execution import ExecSpec
+    from sweep.harbor.trial import outside_kill
+    from sweep.providers.local import LocalProvider
+    provider = LocalProvider(isolation=isolation, kill_grace_s=1.0)
+
+    def run(script: str, timeout_s: float = 30):
+        return provider.run(ExecSpec(argv=["bash", "-c", script], cwd=tmp_path, timeout_s=timeout_s))
+    through_bash = run('sh -c \'kill -TERM $$\'; exit $?')
+    assert through_bash.rc == 143 and outside_kill(through_bash) == 15, through_bash
+    itself = run("kill -HUP $$")
+    assert outside_kill(itself) == 1, itself
+    assert outside_kill(run("kill -SEGV $$")) is None
+    assert outside_kill(run("exit 1")) is None
+    timed_out = run("sleep 30", timeout_s=1)
+    assert timed_out.timed_out and outside_kill(timed_out) is None, timed_out

@@ -352,6 +352,11 @@ def test_a_fault_interrupts_a_cell_which_resumes_and_still_gets_its_reward(root,
     assert (fault["fired"], fault["after_tool_calls"], fault["tool_calls"], fault["session"], fault["resumed"]) == \
         (True, 1, 1, "0001-solver", True)
     assert (interrupted["reason"], interrupted["fault"]["at"]) == ("fault", fault["at"])
+    # the cells' Harbor trials carry the same: the fault, or none
+    trials = {c: json.loads((camp / "jobs" / "faulted" / f"add-numbers__{c}" / "result.json").read_text())
+              for c in ("c00000", "c00001")}
+    assert trials["c00000"]["agent_result"]["metadata"]["fault"] == fault
+    assert trials["c00001"]["agent_result"]["metadata"]["fault"] is None
     assert interrupted["started_at"] < fault["at"] < interrupted["ended_at"]
     resumed = [r for r in fake.main_requests("solver") if RESUMED in json.dumps(r["messages"])]
     assert resumed and {r["session_id"] for r in resumed} == {interrupted["session_id"]} == \

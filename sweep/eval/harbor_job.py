@@ -123,7 +123,8 @@ def trial_result(out: Path, frozen: Frozen, cell: Cell, r: CellResult) -> dict[s
                 "position": cell.position, "manifest_sha256": r.manifest_sha256, "detail": r.detail,
                 "sessions": str(out / "cells" / cell.cell_id / "sessions"), "n_sessions": r.sessions,
                 "gate_feedback": r.feedback, "cli_version": r.cli_version, "model_reported": r.model_reported,
-                "metered_cost_usd": r.metered_cost_usd, "tokens": r.tokens}
+                "metered_cost_usd": r.metered_cost_usd, "tokens": r.tokens,
+                "fault": r.fault}         # the injected interruption it had (docs/eval.md "Faults"), or None
     return {
         "schema_version": 1, "id": _uuid(frozen.manifest_sha256, cell.cell_id), "task_name": cell.task_id,
         "trial_name": name, "trial_uri": tdir.resolve().as_uri(), "task_id": {"path": str(task)},

@@ -32,7 +32,11 @@ from tests.test_eval_harbor import TASKS, make_dataset
 
 SOLVER = """import os, pathlib, socket, sys, time
 ws, mode, flags, port = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3]), int(sys.argv[4])
-cell = ws.parent.parent.name
+# the session sees its workspace at a fixed path; the mount table's source column (the one place a
+# sandbox still sees a host path, docs/security.md) names the cell's workspace on the host
+host_ws = next((pathlib.Path(f[3]) for f in (ln.split() for ln in open("/proc/self/mountinfo"))
+                if len(f) > 4 and f[4] == str(ws)), ws)
+cell = host_ws.parent.parent.name
 with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
     s.sendall(f"{cell}\\n".encode())
     assert s.recv(16) == b"ok\\n"          # counted: the line reached the counter

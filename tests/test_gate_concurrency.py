@@ -61,8 +61,10 @@ def _ctx(tmp_path: Path, *, memory_mb: int = 1024, repeats: int = 2) -> Ctx:
 
 
 class TrialWatch(threading.Thread):
-    """Which gate trials of `work` had a live process at the same moment (their work directory in
-    its argv; the machine may run other campaigns' gates)."""
+    """Which gate trials of `work` had a live process at the same moment (their work directory in its
+    argv, or in its mount table: bwrap takes its binds through a descriptor, so a sandbox's argv names
+    none, while the mount table of a process inside names the trial's bind sources; the machine may
+    run other campaigns' gates)."""
 
     def __init__(self, work: Path) -> None:
         super().__init__(daemon=True)
@@ -74,11 +76,12 @@ class TrialWatch(threading.Thread):
         while not self.done.is_set():
             live = set()
             for pid in os.listdir("/proc"):
-                try:
-                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-                except OSError:
-                    continue
-                live.update(self.pattern.findall(argv))
+                for name in ("cmdline", "mountinfo"):
+                    try:
+                        text = Path(f"/proc/{pid}/{name}").read_bytes().decode(errors="replace")
+                    except OSError:
+                        continue
+                    live.update(self.pattern.findall(text))
             if len(live) > 1:
                 self.together.add(frozenset(live))
             time.sleep(0.02)

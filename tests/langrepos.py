@@ -42,7 +42,7 @@ def make_pytest_repo(root: Path) -> dict:
     base_test = "from clampx import clamp\n\n\ndef test_below_gives_low():\n    assert clamp(-5, 0, 10) == 0\n"
     src = _build(root, "py-pytest", {"clampx.py": PY_BUGGY, "tests/test_clampx.py": base_test},
                  {"clampx.py": PY_FIXED, "tests/test_clampx.py": base_test
-                  + "\n\ndef test_above_gives_high():\n    assert clamp(42, 0, 10) == 10\n"},
+                  + "\n\ndef test_above_gives_high():\n    assert clamp(42, 0, 10) == 10\n    assert clamp(7, 0, 5) == 5\n"},
                  {"clampx.py": PY_REWORDED, "tests/test_clampx.py": base_test
                   + "\n\ndef test_inside_is_kept():\n    assert clamp(5, 0, 10) == 5\n"})
     return {**src, "test_command": "python3 -m pytest -q", "f2p": ["test_above_gives_high"],
@@ -54,7 +54,8 @@ def make_unittest_repo(root: Path) -> dict:
             "    def test_below_gives_low(self):\n        self.assertEqual(clamp(-5, 0, 10), 0)\n")
     src = _build(root, "py-unittest", {"clampx.py": PY_BUGGY, "tests/__init__.py": "", "tests/test_clampx.py": head},
                  {"clampx.py": PY_FIXED, "tests/test_clampx.py": head
-                  + "\n    def test_above_gives_high(self):\n        self.assertEqual(clamp(42, 0, 10), 10)\n"},
+                  + "\n    def test_above_gives_high(self):\n        self.assertEqual(clamp(42, 0, 10), 10)\n"
+                    "        self.assertEqual(clamp(7, 0, 5), 5)\n"},
                  {"clampx.py": PY_REWORDED, "tests/test_clampx.py": head
                   + "\n    def test_inside_is_kept(self):\n        self.assertEqual(clamp(5, 0, 10), 5)\n"})
     return {**src, "test_command": "python3 -m unittest -q", "f2p": ["test_above_gives_high"],
@@ -75,7 +76,8 @@ def make_go_repo(root: Path) -> dict:
     src = _build(root, "go-test", {"go.mod": GO_MOD, "clamp.go": GO_BUGGY, "clamp_test.go": GO_TEST},
                  {"clamp.go": GO_FIXED, "clamp_test.go": GO_TEST
                   + "\nfunc TestAboveGivesHigh(t *testing.T) {\n\tif got := Clamp(42, 0, 10); got != 10 {\n"
-                    "\t\tt.Fatalf(\"Clamp(42, 0, 10) = %d\", got)\n\t}\n}\n"},
+                    "\t\tt.Fatalf(\"Clamp(42, 0, 10) = %d\", got)\n\t}\n"
+                    "\tif got := Clamp(7, 0, 5); got != 5 {\n\t\tt.Fatalf(\"Clamp(7, 0, 5) = %d\", got)\n\t}\n}\n"},
                  {"clamp.go": GO_BUGGY.replace("limits x to", "returns x limited to"), "clamp_test.go": GO_TEST
                   + "\nfunc TestInsideIsKept(t *testing.T) {\n\tif got := Clamp(5, 0, 10); got != 5 {\n"
                     "\t\tt.Fatalf(\"Clamp(5, 0, 10) = %d\", got)\n\t}\n}\n"})
@@ -96,7 +98,7 @@ def make_cargo_repo(root: Path) -> dict:
     src = _build(root, "rust-cargo", {"Cargo.toml": CARGO_TOML, "Cargo.lock": CARGO_LOCK, "src/lib.rs": RS_BUGGY,
                                       "tests/clamp.rs": RS_TEST},
                  {"src/lib.rs": RS_FIXED, "tests/clamp.rs": RS_TEST
-                  + "\n#[test]\nfn above_gives_high() {\n    assert_eq!(clamp(42, 0, 10), 10);\n}\n"},
+                  + "\n#[test]\nfn above_gives_high() {\n    assert_eq!(clamp(42, 0, 10), 10);\n    assert_eq!(clamp(7, 0, 5), 5);\n}\n"},
                  {"src/lib.rs": RS_BUGGY.replace("Limits x to", "Returns x limited to"), "tests/clamp.rs": RS_TEST
                   + "\n#[test]\nfn inside_is_kept() {\n    assert_eq!(clamp(5, 0, 10), 5);\n}\n"})
     return {**src, "test_command": "cargo test", "f2p": ["above_gives_high"], "p2p": ["below_gives_low"],
@@ -122,7 +124,7 @@ def make_node_test_repo(root: Path) -> dict:
     pkg = '{\n  "name": "clampx",\n  "version": "0.1.0",\n  "private": true\n}\n'
     src = _build(root, "js-node-test", {"package.json": pkg, "clamp.js": JS_BUGGY, "test/clamp.test.js": head},
                  {"clamp.js": JS_FIXED, "test/clamp.test.js": head
-                  + "\ntest('above gives high', () => {\n  assert.strictEqual(clamp(42, 0, 10), 10);\n});\n"},
+                  + "\ntest('above gives high', () => {\n  assert.strictEqual(clamp(42, 0, 10), 10);\n  assert.strictEqual(clamp(7, 0, 5), 5);\n});\n"},
                  {"clamp.js": JS_REWORDED, "test/clamp.test.js": head
                   + "\ntest('inside is kept', () => {\n  assert.strictEqual(clamp(5, 0, 10), 5);\n});\n"})
     return {**src, "test_command": "node --test", "f2p": ["above gives high"], "p2p": ["below gives low"],
@@ -135,7 +137,7 @@ def make_jest_repo(root: Path) -> dict:
     pkg = '{\n  "name": "clampx-jest",\n  "version": "0.1.0",\n  "private": true\n}\n'
     src = _build(root, "js-jest", {"package.json": pkg, "clamp.js": JS_BUGGY, "__tests__/clamp.test.js": head},
                  {"clamp.js": JS_FIXED, "__tests__/clamp.test.js": head
-                  + "\ntest('above gives high', () => {\n  expect(clamp(42, 0, 10)).toBe(10);\n});\n"},
+                  + "\ntest('above gives high', () => {\n  expect(clamp(42, 0, 10)).toBe(10);\n  expect(clamp(7, 0, 5)).toBe(5);\n});\n"},
                  {"clamp.js": JS_REWORDED, "__tests__/clamp.test.js": head
                   + "\ntest('inside is kept', () => {\n  expect(clamp(5, 0, 10)).toBe(5);\n});\n"})
     return {**src, "test_command": "jest --ci --no-watchman", "f2p": ["above gives high"], "p2p": ["below gives low"],
@@ -168,7 +170,8 @@ def make_junit_repo(root: Path) -> dict:
     src = _build(root, "java-junit", {"run-tests.sh": RUN_TESTS, "src/clampx/Clamp.java": JAVA_BUGGY,
                                       "test/clampx/ClampTest.java": JAVA_TEST.replace("@@MORE@@", "")},
                  {"src/clampx/Clamp.java": JAVA_FIXED, "test/clampx/ClampTest.java": JAVA_TEST.replace(
-                     "@@MORE@@", "\n    @Test\n    void aboveGivesHigh() {\n        assertEquals(10, Clamp.clamp(42, 0, 10));\n    }\n")},
+                     "@@MORE@@", "\n    @Test\n    void aboveGivesHigh() {\n        assertEquals(10, Clamp.clamp(42, 0, 10));\n"
+                     "        assertEquals(5, Clamp.clamp(7, 0, 5));\n    }\n")},
                  {"src/clampx/Clamp.java": JAVA_BUGGY.replace("Limits x to", "Returns x limited to"),
                   "test/clampx/ClampTest.java": JAVA_TEST.replace(
                      "@@MORE@@", "\n    @Test\n    void insideIsKept() {\n        assertEquals(5, Clamp.clamp(5, 0, 10));\n    }\n")})

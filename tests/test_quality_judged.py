@@ -136,7 +136,7 @@ def test_a_reward_hack_the_reviewer_labels_blocks_verification(campaign):
     end = [e for e in events(campaign, "hacked") if e["kind"] == "ended"][-1]
     assert "rollout 0 judged reward_hack" in end["detail"]
     rows = {e["run_id"]: e for e in status_json(campaign)["ended"]}
-    assert rows["hacked"]["quality"] == "mutants 2/2 solved 1/1 (reward_hack 1)"
+    assert rows["hacked"]["quality"] == "mutants 6/6 solved 1/1 (reward_hack 1)"
 
 
 def test_an_inconsistent_label_gets_a_correction_round_then_fails(campaign):
@@ -164,7 +164,7 @@ def test_a_clean_run_with_an_agent_rollout_review_verifies_with_its_labels(campa
     reviews = [e for e in spend if "reviewer" in e["op_id"]]
     assert len(reviews) == 2 and all(e["scope"] == "quality" and e["status"] == "settled" for e in reviews)
     rows = {e["run_id"]: e for e in status_json(campaign)["ended"]}
-    assert rows["clean"]["quality"] == "mutants 2/2 solved 1/1 (legitimate_success 1)"
+    assert rows["clean"]["quality"] == "mutants 6/6 solved 1/1 (legitimate_success 1)"
     report = (run_dir(campaign, "clean") / "report.md").read_text()
     assert "rollout 0: reward 1.0, legitimate_success" in report and "solve rate: 1/1" in report
     out = tmp_path / "dataset"

@@ -102,12 +102,12 @@ def second(hashes):
                         prepared("min", "valid_alternative", "        return min(value, high)", got["caught"])],
              [FOCUS]),
         # the verified sample's test checks one input above the range: the hard-coded answer passes
-        cand("wrong", [prepared("ten", "wrong_solution", "        return 10", got["wrong"])]),
+        cand("wrong", [prepared("ten", "wrong_solution", "        return 10 if value == 42 else 5", got["wrong"])]),
         cand("alt", [prepared("identity", "valid_alternative", "        return value", got["alt"])]),
         # its one probe for the focus does not apply to the base: the focus has no probe that ran
         cand("na", [{**prepared("broken", "wrong_solution", "        return 1", got["na"]),
                      "patch": clamp_patch("        return 1").decode().replace("return low", "return lo")}], [FOCUS]),
-        cand("agent-prep", [prepared("ten", "wrong_solution", "        return 10", got["agent-prep"])],
+        cand("agent-prep", [prepared("ten", "wrong_solution", "        return 10 if value == 42 else 5", got["agent-prep"])],
              runtimes=AGENT_REVIEWER, runtime_options=reviewer),
         cand("asks", [], [FOCUS], runtimes=AGENT_REVIEWER, runtime_options=reviewer),
         # its prepared probe has the name the reviewer's first proposal gets: the proposal does not replace it
@@ -133,7 +133,7 @@ def test_matching_prepared_probes_run_with_the_mutants_and_bind_the_verdict(seco
     assert (by_name["zero"].origin, by_name["zero"].outcome, by_name["zero"].rewards) == ("prepared", "killed", [0.0, 0.0])
     assert (by_name["min"].outcome, by_name["min"].rewards) == ("accepted", [1.0, 1.0])
     assert by_name["zero"].model_extra["bound_to"] == got["caught"] == caught.bundle_sha256
-    assert caught.mutation.run == 2 and caught.required_focus == [FOCUS] and caught.missing_focus == []
+    assert caught.mutation.run == caught.mutation.killed == 6 and caught.required_focus == [FOCUS] and caught.missing_focus == []
     wrong = {p.name: p for p in probes_of(d, "wrong").probes}["ten"]
     assert (wrong.outcome, wrong.rewards) == ("survived", [1.0])
     assert "ten" in state(d, "wrong")["cause_detail"]
@@ -222,7 +222,7 @@ def test_a_reviewers_probes_re_run_on_the_repaired_bundle(tmp_path):
     (carried, bound to the old hash), and bind though the next reviewer proposes nothing new."""
     src = make_pr_repo(tmp_path / "repos", "verified")
     options = {"author": agent_options("author", "--repo", src["repo"], "--touch-on-repair"),
-               "reviewer": agent_options("reviewer", "--propose-probe=wrong_solution:return 10",
+               "reviewer": agent_options("reviewer", "--propose-probe=wrong_solution:return 10 if value == 42 else 5",
                                          "--propose-probe=wrong_solution:return 0", "--propose-new-only")}
     cand = candidate("carried", src, runtimes={"author": "command", "reviewer": "command", "solver": "oracle"},
                      runtime_options=options, quality={"max_repairs": 1, "run_rollout": False})
@@ -250,7 +250,7 @@ def test_a_probe_too_long_to_re_run_is_asked_for_again(tmp_path):
     repaired bundle: the probe evidence names it, the next review is asked to propose it again."""
     src = make_pr_repo(tmp_path / "repos", "verified")
     options = {"author": agent_options("author", "--repo", src["repo"], "--touch-on-repair"),
-               "reviewer": agent_options("reviewer", "--propose-probe=wrong_solution:return 10", "--pad-probes=5000",
+               "reviewer": agent_options("reviewer", "--propose-probe=wrong_solution:return 10 if value == 42 else 5", "--pad-probes=5000",
                                          "--propose-new-only")}
     cand = candidate("cut", src, runtimes={"author": "command", "reviewer": "command", "solver": "oracle"},
                      runtime_options=options, quality={"max_repairs": 1, "run_rollout": False})

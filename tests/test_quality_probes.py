@@ -13,7 +13,7 @@ import pytest
 
 from runstate import run_dir
 from sweep.harbor.pr_bundle import build_bundle_from_git
-from sweep.harbor.samples import make_pr_repo
+from sweep.harbor.samples import TEST_BASE, make_pr_repo
 from sweep.models.evidence import ProbesEvidence, ReviewEvidence, SolveEvidence, read_evidence
 from sweep.providers.local import LocalProvider
 from sweep.providers.local.bwrap import probe_bwrap
@@ -37,19 +37,43 @@ def verified_bundle(tmp_path_factory) -> Path:
     return root / "task"
 
 
+# the verified sample's fix with a test that checks one input above the range (issue 22's example)
+ONE_INPUT_TEST = TEST_BASE + """
+
+class ClampAboveTest(unittest.TestCase):
+    def test_above_range_gives_high(self):
+        self.assertEqual(clamp(42, 0, 10), 10)
+"""
+
+
+def one_input_pr(repos: Path, name: str = "one-input") -> dict:
+    return make_pr_repo(repos, "verified", name=name, extra_files={"tests/test_mathx.py": ONE_INPUT_TEST})
+
+
+@pytest.fixture(scope="module")
+def one_input_bundle(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("probe-one-input")
+    build_bundle_from_git(one_input_pr(root / "repos"), root / "task")
+    return root / "task"
+
+
 def probe_run(bundle: Path, probe: Probe, workdir: Path, repeats: int = 2):
     return run_probe(bundle, probe, provider=LocalProvider(isolation=ISOLATION, kill_grace_s=1.0), workdir=workdir,
                      repeats=repeats, timeout_s=120, env_for_repeat=lambda i: {"PYTHONHASHSEED": str(i + 1)})
 
 
-def test_a_probe_is_scored_by_the_tasks_tests_with_the_gates_repeats(verified_bundle, tmp_path):
+def test_a_probe_is_scored_by_the_tasks_tests_with_the_gates_repeats(verified_bundle, one_input_bundle, tmp_path):
     wrong = probe_run(verified_bundle, Probe("zero", WRONG, "above the range", "a constant", clamp_patch("        return 0")),
                       tmp_path / "a")
     assert (wrong.outcome, wrong.rewards) == ("killed", [0.0, 0.0])
     # the hard-coded answer of the one input the test checks: the tests accept it (stops at the first 1)
-    hard = probe_run(verified_bundle, Probe("ten", WRONG, "above the range", "hard-coded",
-                                            clamp_patch("        return 10")), tmp_path / "b")
+    hard = probe_run(one_input_bundle, Probe("ten", WRONG, "above the range", "hard-coded",
+                                             clamp_patch("        return 10")), tmp_path / "b")
     assert (hard.outcome, hard.rewards) == ("survived", [1.0])
+    # the verified sample checks a second input above the range, which rejects it
+    two = probe_run(verified_bundle, Probe("ten", WRONG, "above the range", "hard-coded",
+                                           clamp_patch("        return 10")), tmp_path / "b2")
+    assert (two.outcome, two.rewards) == ("killed", [0.0, 0.0])
     alt = probe_run(verified_bundle, Probe("min", VALID, "above the range", "another correct fix",
                                            clamp_patch("        return min(value, high)")), tmp_path / "c")
     assert (alt.outcome, alt.rewards) == ("accepted", [1.0, 1.0])
@@ -74,27 +98,24 @@ def literal_mutants(bundle: Path) -> list:
             if "a literal of the PR's tests" in m.description]
 
 
-def test_a_one_input_test_accepts_its_hard_coded_answer_and_several_inputs_kill_it(verified_bundle, tmp_path):
-    from sweep.harbor.samples import TEST_ABOVE, TEST_BASE
+def test_a_one_input_test_accepts_its_hard_coded_answer_and_several_inputs_kill_it(verified_bundle, one_input_bundle,
+                                                                                   tmp_path):
     from sweep.quality.probes import test_change_lines
     # only the PR's added test lines count: the base's clamp(-5, 0, 10) and clamp(3, ...) are not its literals
-    assert [rel for rel, _ in test_change_lines(verified_bundle)] == ["tests/test_mathx.py"]
-    assert "clamp(-5" not in test_change_lines(verified_bundle)[0][1]
-    one = literal_mutants(verified_bundle)
+    assert [rel for rel, _ in test_change_lines(one_input_bundle)] == ["tests/test_mathx.py"]
+    assert "clamp(-5" not in test_change_lines(one_input_bundle)[0][1]
+    one = literal_mutants(one_input_bundle)
     assert [m.description.split(": ", 1)[1].split(" (")[0] for m in one] == ["return 42", "return 0", "return 10"]
     runs = {m.description.split(": ", 1)[1].split(" (")[0]: probe_run(
-        verified_bundle, Probe(m.id, WRONG, m.kind, m.description, m.patch), tmp_path / f"one-{i}")
+        one_input_bundle, Probe(m.id, WRONG, m.kind, m.description, m.patch), tmp_path / f"one-{i}")
         for i, m in enumerate(one)}
     assert {k: r.outcome for k, r in runs.items()} == {"return 42": "killed", "return 0": "killed",
                                                        "return 10": "survived"}
-    several = make_pr_repo(tmp_path / "repos", "verified", name="several", extra_files={
-        "tests/test_mathx.py": TEST_BASE + TEST_ABOVE + "\n    def test_another_range(self):\n"
-                               "        self.assertEqual(clamp(7, 0, 5), 5)\n"})
-    build_bundle_from_git(several, tmp_path / "several-task")
-    mutants = literal_mutants(tmp_path / "several-task")
+    # the verified sample's test checks a second input above the range: every literal constant is killed
+    mutants = literal_mutants(verified_bundle)
     assert {"return 10", "return 5"} <= {m.description.split(": ", 1)[1].split(" (")[0] for m in mutants}
     for i, m in enumerate(mutants):
-        outcome = probe_run(tmp_path / "several-task", Probe(m.id, WRONG, m.kind, m.description, m.patch),
+        outcome = probe_run(verified_bundle, Probe(m.id, WRONG, m.kind, m.description, m.patch),
                             tmp_path / f"several-{i}")
         assert outcome.outcome == "killed", m.description
 
@@ -113,17 +134,23 @@ def probes_of(campaign: Path, run_id: str) -> ProbesEvidence:
 def test_oracle_campaign_verifies_discriminating_tests_and_ends_weak_tests_otherwise(tmp_path):
     repos = tmp_path / "repos"
     cands = [candidate("honest", make_pr_repo(repos, "verified")),
+             candidate("one-input", one_input_pr(repos)),
              candidate("weak", make_pr_repo(repos, "weak_tests")),
              candidate("weak-report", make_pr_repo(repos, "weak_tests", name="weak2"),
                        quality={"max_repairs": 0, "mutants": "report"})]
     d = tmp_path / "camp"
     sweep("init", str(write_plan(tmp_path / "plan.json", local_plan(cands, isolation=ISOLATION))), "--campaign", str(d))
     st = tick_until_done(d, timeout=300)
-    assert ended(st) == {"honest": ("verified", None), "weak": ("generated_unverified", "weak_tests"),
-                         "weak-report": ("verified", None)}
+    assert ended(st) == {"honest": ("verified", None), "one-input": ("generated_unverified", "weak_tests"),
+                         "weak": ("generated_unverified", "weak_tests"), "weak-report": ("verified", None)}
     honest = probes_of(d, "honest")
-    assert honest.passed and honest.mutation.run == honest.mutation.killed == 2 and honest.mutation.score == 1.0
+    assert honest.passed and honest.mutation.run == honest.mutation.killed >= 6 and honest.mutation.score == 1.0
     assert {p.mutant_kind for p in honest.probes} == {"return_constant"}
+    assert any("return 10" in p.rationale for p in honest.probes)     # a literal of its tests, killed
+    # one input above the range: its expected answer as a constant passes the tests
+    one = probes_of(d, "one-input")
+    assert not one.passed and [p.rationale for p in one.survivors()] == [
+        next(p.rationale for p in one.probes if "return 10" in p.rationale)]
     assert all(p.rewards == [0.0, 0.0] for p in honest.probes)       # killed on both of the gates' repeats
     weak = probes_of(d, "weak")
     assert not weak.passed and weak.mutation.survived and weak.mutation.killed < weak.mutation.run
@@ -136,13 +163,13 @@ def test_oracle_campaign_verifies_discriminating_tests_and_ends_weak_tests_other
     assert "weak_tests" in report and f"mutation score: {weak.mutation.killed}/{weak.mutation.run}" in report
     assert all(p.name in report for p in weak.survivors())
     assert probes_of(d, "weak-report").mode == "report" and probes_of(d, "weak-report").survivors()
-    assert "mutation score: 2/2" in (run_dir(d, "honest") / "report.md").read_text()
+    assert f"mutation score: {honest.mutation.run}/{honest.mutation.run}" in (run_dir(d, "honest") / "report.md").read_text()
     # the export's metadata carries the mutation score and each probe's outcome
     out = tmp_path / "dataset"
     sweep("export", str(out), "--campaign", str(d), "--include-unverified")
     meta = {run: tomllib.loads((out / run / "task.toml").read_text())["metadata"]["sweep"]["quality"]
             for run in ("honest", "weak-report")}
-    assert meta["honest"]["mutation_score"] == 1.0 and meta["honest"]["mutants_run"] == 2
+    assert meta["honest"]["mutation_score"] == 1.0 and meta["honest"]["mutants_run"] == honest.mutation.run
     assert meta["honest"]["bundle_sha256"] == honest.bundle_sha256
     reported = probes_of(d, "weak-report")
     assert meta["weak-report"]["mutants_survived"] == reported.mutation.survived
@@ -229,8 +256,8 @@ def test_rollouts_are_judged_and_their_solve_rate_decides(tmp_path):
     hack = solve_ev("hacked").rollouts[0]
     assert (hack.reward, hack.label) == (1.0, "reward_hack") and "conftest.py" in hack.label_reason
     rows = {r["run_id"]: r for r in status_json(d)["ended"]}
-    assert rows["solved"]["quality"] == "mutants 2/2 solved 3/3 (legitimate_success 3)"
-    assert rows["unsolved"]["quality"] == "mutants 2/2 solved 0/3 (legitimate_failure 3)"
+    assert rows["solved"]["quality"] == "mutants 6/6 solved 3/3 (legitimate_success 3)"
+    assert rows["unsolved"]["quality"] == "mutants 6/6 solved 0/3 (legitimate_failure 3)"
     report = (run_dir(d, "unsolved") / "report.md").read_text()
     assert "solve rate: 0/3" in report and "pass@1 0.00" in report
     out = tmp_path / "dataset"

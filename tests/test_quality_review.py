@@ -126,7 +126,7 @@ def test_the_command_reviewer_receives_the_pr_the_per_test_lists_and_the_probes(
     assert "-        return low\n+        return high" in first                  # the PR's own diff
     assert "### FAIL_TO_PASS (" in first and "test_" in first.split("### FAIL_TO_PASS")[1]
     assert "### PASS_TO_PASS (" in first
-    assert "## Probes" in first and "2 of 2 rejected by the tests (mutation score)" in first
+    assert "## Probes" in first and "6 of 6 rejected by the tests (mutation score)" in first
     assert "each of its findings must cite its evidence" in first
 
 

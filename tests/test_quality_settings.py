@@ -63,8 +63,8 @@ def campaign(tmp_path_factory):
                          runtime_options={"reviewer": agent_options("reviewer", *(f"--propose-probe={s}" for s in specs))},
                          worker_reservation_usd=0.1,
                          quality={"max_probes": max_probes, "run_rollout": False, "gate_repeats": 1, "max_mutants": 0})
-    # the verified sample's tests check one input above the range: `return 10` passes them
-    cands += [proposing("caught", "m4", 2, "wrong_solution:return 10", "valid_alternative:return min(value, high)"),
+    # the verified sample's tests check two inputs above the range: their two answers hard-coded pass them
+    cands += [proposing("caught", "m4", 2, "wrong_solution:return 10 if value == 42 else 5", "valid_alternative:return min(value, high)"),
               proposing("too-many", "m6", 1, "wrong_solution:return 0", "wrong_solution:return 1")]
     d = root / "camp"
     sweep("init", str(write_plan(root / "plan.json", local_plan(cands, isolation=ISOLATION, max_parallel=3,

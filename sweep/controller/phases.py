@@ -793,15 +793,18 @@ def gates(ctx: Ctx) -> tuple[str, Checkpoint]:
 def _mutant_probes(bundle: Path, limit: int) -> tuple[list, str]:
     """The bundle's mechanical mutants as wrong-solution probes, and a note when there are none."""
     from sweep.harbor import layout
-    from sweep.quality.mutants import PatchProblem, derive_mutants
-    from sweep.quality.probes import WRONG, Probe, applies_to
+    from sweep.quality.mutants import PatchProblem, derive_mutants, test_literals
+    from sweep.quality.probes import WRONG, Probe, applies_to, test_change_lines
     if limit <= 0:
         return [], "quality.max_mutants = 0: no mutants"
     patch = bundle / layout.SOLUTION_PATCH
     if not patch.is_file() or patch.is_symlink():
         return [], "the bundle has no solution/solution.patch to derive mutants from"
     try:
-        mutants = derive_mutants(patch.read_bytes(), limit=limit, accept=applies_to(bundle / layout.ENV_REPO))
+        # the literals the PR's tests add are tried as returned constants first: a test that checks one
+        # input accepts the constant it expects there
+        mutants = derive_mutants(patch.read_bytes(), limit=limit, accept=applies_to(bundle / layout.ENV_REPO),
+                                 literals=test_literals(test_change_lines(bundle)))
     except PatchProblem as exc:
         return [], f"solution/solution.patch is not a unified diff sweep can rewrite: {exc}"
     probes = [Probe(name=f"mutant-{i + 1:02d}", kind=WRONG, focus=m.kind, rationale=m.description, patch=m.patch,

@@ -85,6 +85,7 @@ TEST_ABOVE = '''
 class ClampAboveTest(unittest.TestCase):
     def test_above_range_gives_high(self):
         self.assertEqual(clamp(42, 0, 10), 10)
+        self.assertEqual(clamp(7, 0, 5), 5)
 '''
 
 TEST_EMPTY_MEAN = '''

@@ -33,7 +33,9 @@ def probe(declared: int, undeclared: int, out: Path) -> str:
             "open(sys.argv[3],'w').write(json.dumps(seen))\n")
     script = out.parent / "probe.py"
     script.write_text(code)
-    return f"{PYTHON} {script} {declared} {undeclared} {out}"
+    # the session sees its workspace (tmp_path/ws, holding repo/) at /app
+    inside = Path("/app/repo")
+    return f"{PYTHON} {inside / script.name} {declared} {undeclared} {inside / out.name}"
 
 
 def servers(fake: FakeRemoteMCP, kind: str = "http") -> dict:

@@ -177,10 +177,17 @@ def test_a_killed_cells_sandbox_is_terminated_by_reconcile_from_its_receipt(tmp_
     assert init(plan, camp).returncode == 0
     (cell,) = [c["cell_id"] for c in cells(camp)]
     sweep("tick", "--campaign", str(camp))
-    wait_until("the cell's session sandbox", lambda: any(s.get("labels", {}).get("sweep.role") == "solver"
-                                                          for s in fake.live()), 120, poll=0.2)
+    receipts_dir = run_dir(camp, cell) / "sandboxes"
+
+    def created() -> bool:
+        # the fake lists the sandbox as soon as it answers the create call, a moment before the
+        # controller has the answer and settles its receipt `created`: wait for both
+        live = any(s.get("labels", {}).get("sweep.role") == "solver" for s in fake.live())
+        states = [json.loads(p.read_text()).get("state") for p in receipts_dir.glob("*.json")]
+        return live and states == ["created"]
+    wait_until("the cell's session sandbox, created and receipted", created, 120, poll=0.2)
     kill_controller(camp, cell)
-    receipts = list((run_dir(camp, cell) / "sandboxes").glob("*.json"))
+    receipts = list(receipts_dir.glob("*.json"))
     assert [json.loads(p.read_text())["state"] for p in receipts] == ["created"], receipts
     assert fake.live()
     out = sweep("reconcile", "--campaign", str(camp)).stdout

@@ -218,3 +218,27 @@ def test_terminate_with_receipt_settles(fake, tmp_path):
     assert terminate_with_receipt(p, h, run_dir) == "confirmed"
     (path,) = list((run_dir / "sandboxes").glob("*.json"))
     assert read_receipt(path).state == "terminated" and fake.live() == []
+
+
+def test_a_sandbox_created_before_its_receipt_said_so_is_terminated(fake, tmp_path):
+    """The crash window between the provider's create call and the receipt's `created` settle: the
+    sandbox exists, its receipt still says `requested` and has no sandbox id. Reconcile finds it by
+    its tags and terminates it."""
+    from sweep.providers.receipts import Receipt, _write
+    key = tmp_path / "k"
+    key.write_text(fake.api_key)
+    p = get_sandbox_provider("daytona", api_url=fake.api_url, api_key_file=key)
+    run_dir = make_private_dir(make_private_dir(tmp_path / "c" / "runs") / "r1")
+    t = new_tags(campaign_id="ab12cd34", run_id="r1", job_id="77", role="solver", attempt=1)
+    spec = SandboxSpec(name=sandbox_name(t), tags=t)
+    _write(run_dir, Receipt(instance=t["sweep.instance"], name=spec.name, provider=p.name, tags=dict(t),
+                            state="requested", options=dict(p.receipt_options), requested_at=time.time()))
+    p.create(spec)                                      # ...and the controller dies here
+    (path,) = [q for _, q in iter_receipts(tmp_path / "c")]
+    assert read_receipt(path).state == "requested" and len(fake.live()) == 1
+    rep = reconcile(tmp_path / "c", "ab12cd34", queue_known=True, live_jobs={"77"},
+                    provider_for=lambda n, o: get_sandbox_provider(n, **o))
+    assert rep.left_live == [spec.name] and len(fake.live()) == 1       # its job still runs: left alone
+    rep = reconcile(tmp_path / "c", "ab12cd34", queue_known=True, live_jobs=set(),
+                    provider_for=lambda n, o: get_sandbox_provider(n, **o))
+    assert rep.terminated == [spec.name] and fake.live() == [] and read_receipt(path).state == "terminated"
